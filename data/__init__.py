@@ -1,0 +1,1 @@
+"""Data layer: sources, validation, splits, windows and featurisation (numpy/RDKit, no torch)."""

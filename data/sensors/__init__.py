@@ -1,0 +1,1 @@
+"""Sensor time series: sources, validation, unit/time splits, windows and featurisation."""

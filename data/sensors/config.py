@@ -1,0 +1,56 @@
+"""The `sensor.data` section of params.yaml."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from data.config import StrictModel
+
+
+class SimulatorConfig(StrictModel):
+    """Knobs of the embedded sensor fleet simulator (see data/sensors/simulator.py)."""
+
+    n_units: int = Field(40, ge=3, description="machines in the fleet")
+    n_steps: int = Field(1500, ge=64, description="time steps per machine when it does not fail")
+    channels: list[str] = Field(
+        default_factory=lambda: ["vibration", "temperature", "pressure", "current", "flow", "voltage"],
+        min_length=1,
+    )
+    failure_fraction: float = Field(0.35, gt=0, le=1, description="share of machines that degrade and fail")
+    steps_per_day: int = Field(96, ge=4, description="length of the daily cycle in steps")
+    noise_std: float = Field(0.05, ge=0)
+    drift_std: float = Field(0.002, ge=0, description="random-walk sensor drift per step")
+    dropout_rate: float = Field(0.002, ge=0, lt=1, description="chance per step and channel that a NaN gap starts")
+    label_flip_rate: float = Field(0.0, ge=0, lt=0.5, description="share of row labels flipped at random")
+    label_shift_max: int = Field(0, ge=0, description="failure labels moved early/late by up to this many steps")
+
+
+class SensorDataConfig(StrictModel):
+    """Where the sensor data comes from and how it is windowed and split."""
+
+    source: Literal["simulator", "cmapss", "skab", "file"] = "simulator"
+    path: Path | None = Field(None, description="file (file, cmapss) or folder (skab); unused by simulator")
+    unit_column: str = "unit"
+    time_column: str = "time"
+    label_column: str = "label"
+    sensor_columns: list[str] | None = Field(None, description="None: every other numeric column")
+    window: int = Field(32, ge=2, description="time steps per window")
+    stride: int = Field(4, ge=1)
+    horizon: int = Field(24, ge=0, description="a window is positive if a label-1 row lies within `horizon` steps after its last step (0: the last row's label)")
+    split: Literal["unit", "time", "column"] = "unit"
+    split_column: str = Field("split", description="for split=column: holds train/val/test")
+    val_fraction: float = Field(0.15, gt=0, lt=0.5)
+    test_fraction: float = Field(0.15, gt=0, lt=0.5)
+    drop_constant: bool = Field(True, description="drop channels that are constant on the training split")
+    train_label_flip_rate: float = Field(0.0, ge=0, lt=0.5, description="flip this share of training-window labels (robustness experiments)")
+    seed: int = 0
+    simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
+
+    @model_validator(mode="after")
+    def _path_when_needed(self) -> "SensorDataConfig":
+        if self.source in ("file", "cmapss", "skab") and self.path is None:
+            raise ValueError(f"sensor.data.path is required when source is '{self.source}'")
+        return self

@@ -1,0 +1,23 @@
+"""Shared fixtures. `shared_data` finds ../shared/data: under CI=true a missing folder fails the test,
+for a user without it the test skips with the reason."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """Path of ../shared/data (or $SHARED_DATA_DIR)."""
+    if SHARED_DATA.is_dir():
+        return SHARED_DATA
+    reason = f"needs the developer datasets at {SHARED_DATA}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}, and CI=true: CI must have them")
+    pytest.skip(reason)
