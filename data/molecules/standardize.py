@@ -1,0 +1,155 @@
+"""RDKit parsing and standardisation, and cleaning a molecule frame (bad SMILES, duplicate structures).
+
+Standardisation (the same for training and serving):
+1. `rdMolStandardize.Cleanup`: remove explicit H, disconnect metals, normalise functional groups
+   (e.g. charge-separated nitro), reionise;
+2. `FragmentParent`: keep the largest fragment (drops salts and counter-ions);
+3. `Uncharger`: neutralise acids/bases where a neutral form exists (quaternary N stays charged);
+4. sanitise. Stereo is kept; the canonical SMILES is RDKit's isomeric canonical SMILES.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from rdkit import Chem, rdBase
+from rdkit.Chem.MolStandardize import rdMolStandardize
+
+from data.errors import DataValidationError
+
+CONFLICT_SPREAD = 0.5  # regression duplicates whose targets span more than this (log units) conflict
+MAX_EXAMPLES = 5
+
+
+class InvalidSmilesError(DataValidationError):
+    """A SMILES that is empty, does not parse, or cannot be standardised."""
+
+
+def parse_smiles(smiles: str) -> Chem.Mol:
+    """Parse one SMILES (surrounding whitespace ignored) into a sanitised Mol; RDKit's own log stays quiet."""
+    text = smiles.strip() if isinstance(smiles, str) else ""
+    if not text:
+        raise InvalidSmilesError(f"empty SMILES ({smiles!r})")
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(text)
+        if mol is None:
+            raise InvalidSmilesError(f"could not parse SMILES {text!r}: {_why_unparseable(text)}")
+    if mol.GetNumAtoms() == 0:
+        raise InvalidSmilesError(f"SMILES {text!r} has no atoms")
+    return mol
+
+
+def _why_unparseable(text: str) -> str:
+    """RDKit's reason a SMILES fails: bad syntax, or the chemistry problems (valence, kekulisation)."""
+    raw = Chem.MolFromSmiles(text, sanitize=False)
+    if raw is None:
+        return "invalid SMILES syntax"
+    problems = [p.Message() for p in Chem.DetectChemistryProblems(raw)]
+    return "; ".join(problems) if problems else "RDKit cannot sanitise it"
+
+
+def standardize_mol(mol: Chem.Mol) -> Chem.Mol:
+    """Cleanup, keep the largest fragment, uncharge, sanitise (see module docstring); returns a new Mol."""
+    try:
+        with rdBase.BlockLogs():
+            out = rdMolStandardize.Cleanup(mol)
+            out = rdMolStandardize.FragmentParent(out)
+            out = rdMolStandardize.Uncharger().uncharge(out)
+            Chem.SanitizeMol(out)
+    except Exception as exc:  # RDKit raises assorted types; report them as bad input
+        raise InvalidSmilesError(f"could not standardise {Chem.MolToSmiles(mol)!r}: {exc}") from exc
+    return out
+
+
+def canonical_smiles(smiles: str) -> str:
+    """Standardised, isomeric canonical SMILES of `smiles`; raises InvalidSmilesError."""
+    return Chem.MolToSmiles(standardize_mol(parse_smiles(smiles)))
+
+
+def clean_molecules(
+    df: pd.DataFrame,
+    task: str,
+    duplicates_policy: str,
+    source: str,
+    conflict_spread: float = CONFLICT_SPREAD,
+) -> tuple[pd.DataFrame, dict]:
+    """Standardise `df` (n rows: smiles, target[, split]); drop bad SMILES; resolve duplicate structures.
+
+    Duplicates are rows with the same canonical SMILES. They conflict when (regression) their targets span
+    more than `conflict_spread` or (classification) their labels differ. Policies:
+    keep: every row stays (report only); first: the first row of each group;
+    mean: one row with the mean target (classification: majority label, a tie takes the first row's label);
+    drop_conflicts: conflicting groups removed, the other groups merged as in `mean`.
+    A merged row takes the place (and split) of the group's first row, so row order stays that of first occurrences.
+    Returns (frame (m rows: smiles, target[, split]), report); row numbers in the report are 0-based positions in `df`.
+    """
+    canon, invalid = [], []
+    for row, raw in enumerate(df["smiles"].tolist()):
+        try:
+            canon.append(canonical_smiles(raw))
+        except InvalidSmilesError as exc:
+            canon.append(None)
+            invalid.append({"row": row, "smiles": raw, "error": exc.message})
+    out = df.reset_index(drop=True).assign(smiles=canon)
+    out["row"] = np.arange(len(out))
+    out = out[out["smiles"].notna()].reset_index(drop=True)
+    if out.empty:
+        raise DataValidationError(f"none of the {len(df)} SMILES is valid", file=source, column="smiles")
+    out, duplicates = _resolve_duplicates(out, task, duplicates_policy, conflict_spread)
+    report = {
+        "rows_in": len(df),
+        "invalid": {"count": len(invalid), "examples": invalid[:MAX_EXAMPLES]},
+        "duplicates": duplicates,
+        "rows_out": len(out),
+    }
+    return out.drop(columns="row"), report
+
+
+def _resolve_duplicates(df: pd.DataFrame, task: str, policy: str, spread: float) -> tuple[pd.DataFrame, dict]:
+    """Apply `policy` to groups of equal `smiles` in `df` (with a `row` column); return (frame, duplicates report)."""
+    n_in = len(df)
+    groups = [g for _, g in df.groupby("smiles", sort=False) if len(g) > 1]
+    conflicting = [g for g in groups if _conflicts(g["target"], task, spread)]
+    report = {
+        "policy": policy,
+        "groups": len(groups),
+        "rows": int(sum(len(g) for g in groups)),
+        "conflicting_groups": len(conflicting),
+        "conflict_rule": f"target spread > {spread}" if task == "regression" else "labels differ",
+        "conflict_examples": [
+            {"smiles": g["smiles"].iloc[0], "rows": g["row"].tolist(), "targets": g["target"].tolist()}
+            for g in conflicting[:MAX_EXAMPLES]
+        ],
+    }
+    if policy == "keep":
+        out = df
+    elif policy == "first":
+        out = df.drop_duplicates("smiles", keep="first")
+    elif policy in ("mean", "drop_conflicts"):
+        if policy == "drop_conflicts":
+            dropped = {s for g in conflicting for s in g["smiles"]}
+            df = df[~df["smiles"].isin(dropped)]
+        merged = {g["smiles"].iloc[0]: _merge(g["target"], task) for g in groups}
+        out = df.drop_duplicates("smiles", keep="first").copy()
+        out["target"] = [merged.get(s, t) for s, t in zip(out["smiles"], out["target"])]
+        out["target"] = out["target"].astype(df["target"].dtype)
+    else:
+        raise ValueError(f"unknown duplicates policy {policy!r}")
+    report["rows_removed"] = n_in - len(out)
+    return out.reset_index(drop=True), report
+
+
+def _conflicts(targets: pd.Series, task: str, spread: float) -> bool:
+    """Whether the targets of one duplicate group disagree."""
+    if task == "regression":
+        return float(targets.max() - targets.min()) > spread
+    return targets.nunique() > 1
+
+
+def _merge(targets: pd.Series, task: str) -> float | int:
+    """One target for a duplicate group: mean (regression) or majority label, ties to the first row."""
+    if task == "regression":
+        return float(targets.mean())
+    counts = targets.value_counts(sort=False)
+    best = counts.max()
+    return int(next(t for t in targets if counts[t] == best))

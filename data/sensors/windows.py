@@ -1,0 +1,79 @@
+"""Sliding windows over a sorted sensor frame, labelled by whether a failure row follows within a horizon."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.lib.stride_tricks import sliding_window_view
+
+from data.sensors.validate import SPLITS
+
+
+@dataclass
+class Windows:
+    """n windows: X (n, C, T) float32 with NaN kept, y (n,) int8, unit (n,) str, time (n,) int64 time of the last row."""
+
+    X: np.ndarray
+    y: np.ndarray
+    unit: np.ndarray
+    time: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def _changes(keys: np.ndarray) -> np.ndarray:
+    """(n,) bool, True where a key differs from the previous row's (and on row 0)."""
+    return np.r_[True, keys[1:] != keys[:-1]]
+
+
+def _run_bounds(new_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n,) first and last row index of the run each row belongs to; a run starts where `new_run` is True."""
+    n = len(new_run)
+    starts = np.flatnonzero(new_run)
+    ends = np.r_[starts[1:] - 1, n - 1]
+    run = np.cumsum(new_run) - 1
+    return starts[run], ends[run]
+
+
+def horizon_labels(unit: np.ndarray, label: np.ndarray, horizon: int) -> np.ndarray:
+    """(n,) int8: 1 where a label-1 row of the same unit lies within rows [i, i + horizon]; rows sorted by unit, time."""
+    n = len(label)
+    positive_at = np.where(label == 1, np.arange(n), n)
+    next_positive = np.minimum.accumulate(positive_at[::-1])[::-1]
+    _, unit_end = _run_bounds(_changes(unit))
+    return ((next_positive - np.arange(n) <= horizon) & (next_positive <= unit_end)).astype(np.int8)
+
+
+def make_windows(
+    df: pd.DataFrame, channels: list[str], window: int, stride: int, horizon: int, splits: np.ndarray
+) -> dict[str, Windows]:
+    """{'train', 'val', 'test'} -> Windows from a frame sorted by unit, time, with `splits` (n_rows,) per row.
+
+    A window lies inside one segment (consecutive rows of one unit in one split) and its end rows step back by
+    `stride` from the segment's last row. Its label looks ahead `horizon` rows in the same unit, across split segments.
+    """
+    unit = df["unit"].to_numpy(dtype=str)
+    time = df["time"].to_numpy(dtype=np.int64)
+    values = df[channels].to_numpy(dtype=np.float32)
+    future = horizon_labels(unit, df["label"].to_numpy(), horizon)
+
+    seg_start, seg_end = _run_bounds(_changes(unit) | _changes(splits))
+    rows = np.arange(len(df))
+    is_end = (rows - seg_start >= window - 1) & ((seg_end - rows) % stride == 0)
+
+    if len(values) < window:
+        values = np.full((window, len(channels)), np.nan, dtype=np.float32)  # no window ends exist; keeps the view valid
+    views = sliding_window_view(values, window, axis=0)  # (n_rows - window + 1, C, window)
+    result = {}
+    for name in SPLITS:
+        ends = np.flatnonzero(is_end & (splits == name))
+        result[name] = Windows(
+            X=np.ascontiguousarray(views[ends - window + 1]),
+            y=future[ends],
+            unit=unit[ends],
+            time=time[ends],
+        )
+    return result

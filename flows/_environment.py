@@ -1,0 +1,31 @@
+"""Process environment for everything the project launches: telemetry off, state inside the project.
+
+Imported by `flows/__init__.py` before Prefect or MLflow are imported anywhere in the package.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+_DEFAULTS = {
+    "PREFECT_HOME": str(PROJECT_ROOT / ".prefect"),
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "DVC_NO_ANALYTICS": "1",
+    "DO_NOT_TRACK": "1",
+    "GIT_PYTHON_REFRESH": "quiet",
+}
+
+for _key, _value in _DEFAULTS.items():
+    os.environ.setdefault(_key, _value)
+
+# The ONNX exporter warns about torchvision ops it cannot register (this project uses none) and
+# about empty attribute lists it types itself.
+for _logger in ("torch.onnx._internal.exporter._registration", "onnx_ir._convenience"):
+    logging.getLogger(_logger).setLevel(logging.ERROR)

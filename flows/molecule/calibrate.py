@@ -1,0 +1,66 @@
+"""Stage `molecule_calibrate`: uncertainty calibration on validation (interval scale or temperature)."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+from prefect import flow
+from scipy.stats import norm
+
+from flows.json_io import write_json
+from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
+from flows.params import load_params
+from flows.paths import MOLECULE
+from flows.tasks import compute_task, stage_cli
+from flows.tracking import stage_run
+from models.calibration import ensemble_probability, fit_interval_scale, fit_temperature
+from models.device import pick_device
+from models.metrics import expected_calibration_error
+from models.molecule.training import predict_raw
+
+
+@compute_task(name="member-outputs")
+def member_outputs(members, graphs) -> np.ndarray:
+    """(n, members) raw outputs."""
+    device = pick_device()
+    return np.stack([predict_raw(m, graphs, device) for m in members], axis=1)
+
+
+def nominal_coverage(z: float) -> float:
+    """Share of a normal distribution within +-z standard deviations."""
+    return float(2 * norm.cdf(z) - 1)
+
+
+@flow(name="molecule-calibrate")
+def molecule_calibrate(params_file: str = "params.yaml") -> dict:
+    """Regression: scale the ensemble spread so validation z-scores have unit variance.
+    Classification: temperature scaling on validation NLL."""
+    params = load_params(params_file)
+    cfg = params.molecule.calibrate
+    members, state = load_ensemble(MOLECULE.finetuned)
+    prepared = load_molecules()
+    raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"])))
+    y = targets(prepared, "val")
+    if state["task"] == "regression":
+        values = state["target_mean"] + state["target_std"] * raw
+        mean, spread = values.mean(axis=1), values.std(axis=1)
+        scale = fit_interval_scale(y - mean, spread)
+        half_width = cfg.interval_z * scale * spread
+        result = {"method": "scaled_variance", "scale": scale, "interval_z": cfg.interval_z,
+                  "nominal_coverage": nominal_coverage(cfg.interval_z),
+                  "val_coverage": float(np.mean(np.abs(y - mean) <= half_width))}
+    else:
+        temperature = fit_temperature(raw, y)
+        result = {"method": "temperature", "temperature": temperature,
+                  "val_ece_before": expected_calibration_error(y, ensemble_probability(raw)),
+                  "val_ece_after": expected_calibration_error(y, ensemble_probability(raw, temperature))}
+    write_json(MOLECULE.calibration, result)
+    with stage_run(params.tracking, "molecule", "calibrate", {"calibrate": cfg.model_dump()},
+                   {"molecule": MOLECULE.prepared}):
+        mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
+    print(f"molecule calibration: {result}")
+    return result
+
+
+if __name__ == "__main__":
+    stage_cli(molecule_calibrate)

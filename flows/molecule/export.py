@@ -1,0 +1,108 @@
+"""Stage `molecule_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pandas as pd
+import torch
+from prefect import flow
+
+from data.molecules.featurize import FEATURIZER_VERSION, batch_graphs
+from flows.json_io import read_json, write_json
+from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
+from flows.params import load_params
+from flows.paths import MOLECULE
+from flows.registry import sha256_file
+from flows.tasks import compute_task, stage_cli
+from flows.tracking import stage_run
+from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, export_onnx
+from models.metrics import classification_metrics, regression_metrics
+from models.molecule.training import GRAPH_INPUTS
+from models.predictors import MoleculePredictor
+
+PARITY_TOLERANCE = 1e-4
+INPUTS = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
+          "batch": {0: "atoms"}, "graph_mask": {0: "molecules"}}
+
+
+def outputs(task: str) -> list[str]:
+    return ["value" if task == "regression" else "probability", "uncertainty"]
+
+
+def test_metrics(task: str, y: np.ndarray, prediction: np.ndarray, uncertainty: np.ndarray, card: dict) -> dict:
+    """Regression: RMSE, MAE, R2 and coverage of value +- z * uncertainty; classification: see classification_metrics."""
+    if task == "regression":
+        half = card["calibration"]["interval_z"] * uncertainty
+        return regression_metrics(y, prediction, prediction - half, prediction + half)
+    return classification_metrics(y, prediction)
+
+
+def calibration_error(task: str, metrics: dict, card: dict) -> float:
+    """Regression: |test coverage - nominal coverage|; classification: test ECE."""
+    if task == "regression":
+        return abs(metrics["coverage"] - card["calibration"]["nominal_coverage"])
+    return metrics["ece"]
+
+
+@compute_task(name="export-onnx")
+def export(model, example: dict[str, np.ndarray], task: str, opset: int) -> None:
+    tensors = {name: torch.from_numpy(example[name]) for name in GRAPH_INPUTS}
+    export_onnx(model, tensors, INPUTS, outputs(task), MOLECULE.onnx, opset)
+
+
+@compute_task(name="parity-check")
+def parity(model, predictor: MoleculePredictor, graphs, smiles: list[str]) -> float:
+    """Max |ONNX Runtime - PyTorch| over the outputs; raises when above the tolerance."""
+    arrays = batch_graphs(graphs)
+    with torch.no_grad():
+        expected = model(*(torch.from_numpy(arrays[name]) for name in GRAPH_INPUTS))
+    got = predictor.predict(smiles)
+    diff = max(float(np.abs(got[key] - e.numpy()).max()) for key, e in zip(["prediction", "uncertainty"], expected))
+    if not diff <= PARITY_TOLERANCE:
+        raise RuntimeError(f"ONNX export differs from PyTorch by {diff:.2e} (> {PARITY_TOLERANCE})")
+    return diff
+
+
+@flow(name="molecule-export")
+def molecule_export(params_file: str = "params.yaml") -> dict:
+    """Export, verify parity, evaluate the ONNX model on the test molecules, write the model card."""
+    params = load_params(params_file)
+    members, state = load_ensemble(MOLECULE.finetuned)
+    task = state["task"]
+    calibration = read_json(MOLECULE.calibration)
+    if task == "regression":
+        model = CalibratedRegressorEnsemble(members, state["target_mean"], state["target_std"], calibration["scale"])
+    else:
+        model = CalibratedClassifierEnsemble(members, calibration["temperature"])
+    prepared = load_molecules()
+    val_smiles = list(prepared.splits["val"]["smiles"][:64])
+    val_graphs = featurize(val_smiles)
+    export(model.eval(), batch_graphs(val_graphs[:4]), task, params.molecule.export.opset)
+
+    card = {"family": "molecule", "task": task, "featurizer_version": FEATURIZER_VERSION,
+            "calibration": calibration, "ensemble_size": len(members), "outputs": outputs(task),
+            "inputs": {name: "see data/molecules/featurize.batch_graphs" for name in GRAPH_INPUTS}}
+    predictor = MoleculePredictor(MOLECULE.onnx, card, prefer_cuda=False)
+    max_diff = parity(model, predictor, val_graphs, val_smiles)
+    test = prepared.splits["test"]
+    out = predictor.predict(list(test["smiles"]))
+    y = targets(prepared, "test")
+    metrics = test_metrics(task, y, out["prediction"], out["uncertainty"], card)
+    card.update({"test_metrics": metrics, "calibration_error": calibration_error(task, metrics, card),
+                 "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(MOLECULE.onnx)})
+    write_json(MOLECULE.model_card, card)
+    MOLECULE.predictions.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"smiles": test["smiles"], "target": y, "prediction": np.round(out["prediction"], 6),
+                  "uncertainty": np.round(out["uncertainty"], 6)}).to_csv(MOLECULE.predictions, index=False)
+    with stage_run(params.tracking, "molecule", "export", {"export": params.molecule.export.model_dump()},
+                   {"molecule": MOLECULE.prepared}):
+        mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()}})
+        mlflow.log_artifact(str(MOLECULE.model_card))
+    print(f"molecule model exported (parity {max_diff:.1e}); test metrics "
+          f"{ {k: round(v, 4) for k, v in metrics.items()} }")
+    return card
+
+
+if __name__ == "__main__":
+    stage_cli(molecule_export)

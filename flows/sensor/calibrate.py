@@ -1,0 +1,61 @@
+"""Stage `sensor_calibrate`: temperature scaling and the alert threshold, both fitted on validation."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+from prefect import flow
+
+from flows import plots
+from flows.json_io import write_json
+from flows.params import load_params
+from flows.paths import SENSOR
+from flows.sensor.artifacts import load_ensemble, load_windows
+from flows.tasks import compute_task, stage_cli
+from flows.tracking import stage_run
+from models.calibration import choose_threshold, ensemble_probability, fit_temperature
+from models.device import pick_device
+from models.metrics import expected_calibration_error
+from models.sensor.training import predict_logits
+
+
+@compute_task(name="member-logits")
+def member_logits(members, features: np.ndarray) -> np.ndarray:
+    """(n, 2C, T) -> (n, members)."""
+    device = pick_device()
+    return np.stack([predict_logits(m, features, device) for m in members], axis=1)
+
+
+@flow(name="sensor-calibrate")
+def sensor_calibrate(params_file: str = "params.yaml") -> dict:
+    """Fit the temperature on validation NLL and pick the alert threshold for `target_precision`."""
+    params = load_params(params_file)
+    cfg = params.sensor.calibrate
+    members, featurizer, _ = load_ensemble(SENSOR.finetuned)
+    val = load_windows().windows["val"]
+    logits = member_logits(members, featurizer.transform(val.X))
+    temperature = fit_temperature(logits, val.y)
+    before, after = ensemble_probability(logits), ensemble_probability(logits, temperature)
+    threshold = choose_threshold(val.y, after, cfg.target_precision)
+    result = {
+        "method": "temperature",
+        "temperature": temperature,
+        "threshold": threshold,
+        "target_precision": cfg.target_precision,
+        "val_ece_before": expected_calibration_error(val.y, before),
+        "val_ece_after": expected_calibration_error(val.y, after),
+    }
+    write_json(SENSOR.calibration, result)
+    with stage_run(params.tracking, "sensor", "calibrate", {"calibrate": cfg.model_dump()}, {"sensor": SENSOR.prepared}):
+        mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
+        figure = plots.reliability_diagram(
+            val.y, {"before": before, "after temperature": after}, SENSOR.plots / "reliability_val.png"
+        )
+        mlflow.log_artifact(str(figure))
+    print(f"sensor calibration: T={temperature:.3f}, threshold={threshold:.3f}, "
+          f"validation ECE {result['val_ece_before']:.4f} -> {result['val_ece_after']:.4f}")
+    return result
+
+
+if __name__ == "__main__":
+    stage_cli(sensor_calibrate)

@@ -1,0 +1,88 @@
+"""Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import pandas as pd
+import torch
+from prefect import flow
+
+from flows.json_io import read_json, write_json
+from flows.params import load_params
+from flows.paths import SENSOR
+from flows.registry import sha256_file
+from flows.sensor.artifacts import load_ensemble, load_windows
+from flows.tasks import compute_task, stage_cli
+from flows.tracking import stage_run
+from models.export import CalibratedClassifierEnsemble, export_onnx
+from models.metrics import classification_metrics
+from models.predictors import SensorPredictor
+
+PARITY_TOLERANCE = 1e-4
+INPUTS = {"features": {0: "batch", 2: "time"}}
+OUTPUTS = ["probability", "uncertainty"]
+
+
+@compute_task(name="export-onnx")
+def export(model: CalibratedClassifierEnsemble, example: np.ndarray, opset: int) -> None:
+    export_onnx(model, {"features": torch.from_numpy(example)}, INPUTS, OUTPUTS, SENSOR.onnx, opset)
+
+
+@compute_task(name="parity-check")
+def parity(model: CalibratedClassifierEnsemble, predictor: SensorPredictor, windows: np.ndarray) -> float:
+    """Max |ONNX Runtime - PyTorch| over the outputs; raises when above the tolerance."""
+    with torch.no_grad():
+        expected = model(torch.from_numpy(predictor.featurizer.transform(windows)))
+    got = predictor.predict(windows)
+    diff = max(float(np.abs(got[name] - e.numpy()).max()) for name, e in zip(OUTPUTS, expected))
+    if not diff <= PARITY_TOLERANCE:
+        raise RuntimeError(f"ONNX export differs from PyTorch by {diff:.2e} (> {PARITY_TOLERANCE})")
+    return diff
+
+
+@flow(name="sensor-export")
+def sensor_export(params_file: str = "params.yaml") -> dict:
+    """Export, verify parity, evaluate the ONNX model on the test windows, write the model card."""
+    params = load_params(params_file)
+    members, featurizer, _ = load_ensemble(SENSOR.finetuned)
+    calibration = read_json(SENSOR.calibration)
+    model = CalibratedClassifierEnsemble(members, calibration["temperature"]).eval()
+    prepared = load_windows()
+    val, test = prepared.windows["val"], prepared.windows["test"]
+    export(model, featurizer.transform(val.X[:8]), params.sensor.export.opset)
+
+    card = {
+        "family": "sensor",
+        "task": "classification",
+        "channels": prepared.channels,
+        "window": int(prepared.report["window"]),
+        "horizon": int(prepared.report["horizon"]),
+        "featurizer": featurizer.to_dict(),
+        "calibration": calibration,
+        "threshold": calibration["threshold"],
+        "ensemble_size": len(members),
+        "inputs": {"features": "(batch, 2 * channels, time) float32 from WindowFeaturizer"},
+        "outputs": OUTPUTS,
+    }
+    predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)
+    max_diff = parity(model, predictor, val.X[:256])
+    out = predictor.predict(test.X)
+    metrics = classification_metrics(test.y, out["probability"], card["threshold"])
+    card.update({"test_metrics": metrics, "calibration_error": metrics["ece"], "parity_max_abs_diff": max_diff,
+                 "onnx_sha256": sha256_file(SENSOR.onnx)})
+    write_json(SENSOR.model_card, card)
+    SENSOR.predictions.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({
+        "unit": test.unit, "time": test.time, "label": test.y,
+        "probability": np.round(out["probability"], 6), "uncertainty": np.round(out["uncertainty"], 6),
+    }).to_csv(SENSOR.predictions, index=False)
+    with stage_run(params.tracking, "sensor", "export", {"export": params.sensor.export.model_dump()}, {"sensor": SENSOR.prepared}):
+        mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()}})
+        mlflow.log_artifact(str(SENSOR.model_card))
+    print(f"sensor model exported (parity {max_diff:.1e}); test PR-AUC {metrics['pr_auc']:.4f}, ECE {metrics['ece']:.4f}")
+    return card
+
+
+if __name__ == "__main__":
+    stage_cli(sensor_export)

@@ -1,0 +1,48 @@
+"""Stage `sensor_pretrain`: self-supervised masked reconstruction on unlabelled windows (train + val)."""
+
+from __future__ import annotations
+
+import mlflow
+import numpy as np
+import torch
+from prefect import flow
+
+from data.sensors.featurize import WindowFeaturizer
+from flows.params import load_params
+from flows.paths import SENSOR
+from flows.sensor.artifacts import load_windows
+from flows.tasks import compute_task, stage_cli
+from flows.tracking import stage_run
+from models.device import pick_device
+from models.sensor.training import pretrain_encoder
+
+
+@compute_task(name="masked-reconstruction")
+def pretrain(features: np.ndarray, model_cfg, cfg):
+    return pretrain_encoder(features, model_cfg, cfg, pick_device())
+
+
+@flow(name="sensor-pretrain")
+def sensor_pretrain(params_file: str = "params.yaml") -> None:
+    """Pretrain the sensor encoder (`sensor.model`, `sensor.pretrain`); test windows are never used."""
+    params = load_params(params_file)
+    cfg = params.sensor
+    SENSOR.pretrained.parent.mkdir(parents=True, exist_ok=True)
+    logged = {"model": cfg.model.model_dump(), "pretrain": cfg.pretrain.model_dump()}
+    with stage_run(params.tracking, "sensor", "pretrain", logged, {"sensor": SENSOR.prepared}):
+        if not cfg.pretrain.enabled:
+            torch.save({"encoder": None}, SENSOR.pretrained)
+            print("sensor pretraining disabled")
+            return
+        prepared = load_windows()
+        featurizer = WindowFeaturizer(prepared.channels).fit(prepared.windows["train"].X)
+        unlabelled = np.concatenate([prepared.windows[name].X for name in ("train", "val")])
+        encoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
+        for record in result.history:
+            mlflow.log_metric("reconstruction_loss", record["train_loss"], step=record["epoch"])
+        torch.save({"encoder": encoder.state_dict(), "history": result.history}, SENSOR.pretrained)
+        print(f"sensor encoder pretrained on {len(unlabelled)} windows; final loss {result.history[-1]['train_loss']:.4f}")
+
+
+if __name__ == "__main__":
+    stage_cli(sensor_pretrain)

@@ -1,0 +1,71 @@
+"""Stage `sensor_register`: a new registry version, the promotion gate, and metrics/sensor.json."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import mlflow
+import numpy as np
+from mlflow.models import ModelSignature
+from mlflow.types import Schema, TensorSpec
+from prefect import flow
+
+from flows import plots
+from flows.json_io import read_json, write_json
+from flows.params import load_params
+from flows.paths import SENSOR
+from flows.registry import register_and_gate
+from flows.sensor.artifacts import load_windows
+from flows.tasks import io_task, stage_cli
+from flows.tracking import stage_run
+from models.metrics import classification_metrics
+from models.predictors import SensorPredictor
+
+
+def signature(n_channels: int) -> ModelSignature:
+    """Dynamic batch and time; 2C feature channels (values, then observed-masks)."""
+    return ModelSignature(
+        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 2 * n_channels, -1), "features")]),
+        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability"),
+                        TensorSpec(np.dtype(np.float32), (-1,), "uncertainty")]),
+    )
+
+
+@io_task(name="register-and-gate")
+def register(params, card: dict, test) -> dict:
+    def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
+        out = SensorPredictor(onnx_path, champion_card, prefer_cuda=False).predict(test.X)
+        return classification_metrics(test.y, out["probability"], champion_card["threshold"])
+
+    with tempfile.TemporaryDirectory() as scratch:
+        return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
+                                 champion_metrics, Path(scratch))
+
+
+@flow(name="sensor-register")
+def sensor_register(params_file: str = "params.yaml") -> dict:
+    """Register the exported model; promote it to `champion` if it passes the gate."""
+    params = load_params(params_file)
+    card = read_json(SENSOR.model_card)
+    baseline = read_json(SENSOR.baseline)
+    test = load_windows().windows["test"]
+    with stage_run(params.tracking, "sensor", "register", {"registry": params.sensor.registry.model_dump()},
+                   {"sensor": SENSOR.prepared}):
+        outcome = register(params, card, test)
+        mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
+        mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
+        model_probability = np.loadtxt(SENSOR.predictions, delimiter=",", skiprows=1, usecols=3, ndmin=1)
+        figure = plots.pr_curves(test.y, {"ensemble (ours)": model_probability,
+                                          baseline["name"]: np.asarray(baseline["test_probability"])},
+                                 SENSOR.plots / "pr_curve_test.png")
+        mlflow.log_artifact(str(figure))
+    summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
+    write_json(SENSOR.metrics, summary)
+    verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"
+    print(f"sensor model version {outcome['registered_version']} {verdict}: {'; '.join(outcome['reasons'])}")
+    return summary
+
+
+if __name__ == "__main__":
+    stage_cli(sensor_register)

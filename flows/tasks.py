@@ -1,0 +1,52 @@
+"""Prefect task flavours used by every stage, and the command-line entry for a stage flow."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+
+import typer
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from data.errors import DataValidationError
+from flows.params import ParamsError
+
+BAD_INPUT = (DataValidationError, ParamsError)
+
+
+def _retry_unless_bad_input(task, task_run, state) -> bool:
+    """Retry I/O failures, never bad input: that fails the same way every time."""
+    try:
+        state.result()
+    except BAD_INPUT:
+        return False
+    except Exception:
+        return True
+    return False
+
+
+io_task = functools.partial(
+    task, retries=2, retry_delay_seconds=1, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE
+)
+"""A task that reads or writes files or the tracking store: retried on I/O errors."""
+
+compute_task = functools.partial(task, cache_policy=NO_CACHE)
+"""A task that computes on in-memory arrays (arrays are not hashed for caching)."""
+
+
+def stage_cli(flow: Callable[..., object]) -> None:
+    """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
+
+    Bad input or bad params exit with status 2 and a one-paragraph message, no traceback.
+    """
+
+    def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+        try:
+            flow(params_file=params)
+        except BAD_INPUT as error:
+            typer.secho(f"error: {error}", fg="red", err=True)
+            sys.exit(2)
+
+    typer.run(main)

@@ -1,0 +1,81 @@
+"""MLflow tracking: one experiment per model family, one run per stage, lineage on every run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mlflow
+
+from flows._environment import PROJECT_ROOT
+from flows.config import TrackingConfig
+from flows.lineage import dataset_tags, git_commit
+
+
+def tracking_uri(cfg: TrackingConfig) -> str:
+    """MLFLOW_TRACKING_URI if set; else cfg.uri with a relative sqlite path made project-absolute."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri
+    prefix = "sqlite:///"
+    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
+        db = PROJECT_ROOT / uri[len(prefix):]
+        db.parent.mkdir(parents=True, exist_ok=True)
+        uri = prefix + str(db)
+    return uri
+
+
+def artifact_location(cfg: TrackingConfig, family: str) -> str:
+    """Artifact root of a family's experiment (a URI; relative paths are inside the project)."""
+    root = cfg.artifact_root
+    if "://" in root:
+        return f"{root.rstrip('/')}/{family}"
+    return (PROJECT_ROOT / root / family).resolve().as_uri()
+
+
+def use_tracking(cfg: TrackingConfig) -> None:
+    """Point this process's MLflow client at the project's store."""
+    mlflow.set_tracking_uri(tracking_uri(cfg))
+
+
+def experiment_id(cfg: TrackingConfig, family: str) -> str:
+    """The family's experiment, created on first use with its artifact location."""
+    use_tracking(cfg)
+    experiment = mlflow.get_experiment_by_name(family)
+    if experiment is not None:
+        return experiment.experiment_id
+    return mlflow.create_experiment(family, artifact_location=artifact_location(cfg, family))
+
+
+def flatten(prefix: str, value: Any) -> dict[str, Any]:
+    """{'a': {'b': 1}} -> {'prefix.a.b': 1}, for mlflow.log_params."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(f"{prefix}.{key}" if prefix else str(key), item))
+        return out
+    return {prefix: value}
+
+
+@contextlib.contextmanager
+def stage_run(
+    cfg: TrackingConfig,
+    family: str,
+    stage: str,
+    params: dict[str, Any],
+    datasets: dict[str, Path] | None = None,
+) -> Iterator[mlflow.ActiveRun]:
+    """An MLflow run named `<family>.<stage>` with params, the git commit and dataset lineage tags."""
+    with mlflow.start_run(experiment_id=experiment_id(cfg, family), run_name=f"{family}.{stage}") as run:
+        mlflow.set_tags({"family": family, "stage": stage, "git_commit": git_commit()})
+        for name, path in (datasets or {}).items():
+            mlflow.set_tags(dataset_tags(name, path))
+        mlflow.log_params({k: str(v)[:6000] for k, v in flatten("", params).items()})
+        yield run
+
+
+def log_json(obj: Any, artifact_file: str) -> None:
+    """Log a JSON-serialisable object as a run artifact."""
+    mlflow.log_text(json.dumps(obj, indent=2, sort_keys=True, default=str), artifact_file)

@@ -1,0 +1,77 @@
+"""Deployable wrappers (ensemble + calibration inside the graph) and ONNX export with dynamic shapes."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.export import Dim
+
+
+def _mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, M) -> mean (B,), population std (B,) over members."""
+    mean = values.mean(dim=-1)
+    return mean, ((values - mean.unsqueeze(-1)) ** 2).mean(dim=-1).sqrt()
+
+
+class CalibratedClassifierEnsemble(nn.Module):
+    """Members' logits / T -> sigmoid -> (probability (B,), uncertainty (B,) = std over members)."""
+
+    def __init__(self, members: list[nn.Module], temperature: float):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.register_buffer("temperature", torch.tensor(float(temperature)))
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = torch.stack([member(*inputs) for member in self.members], dim=-1)
+        return _mean_and_std(torch.sigmoid(logits / self.temperature))
+
+
+class CalibratedRegressorEnsemble(nn.Module):
+    """Members' standardised outputs -> (value (B,) in target units, uncertainty (B,) = scaled std)."""
+
+    def __init__(self, members: list[nn.Module], target_mean: float, target_std: float, scale: float):
+        super().__init__()
+        self.members = nn.ModuleList(members)
+        self.register_buffer("target_mean", torch.tensor(float(target_mean)))
+        self.register_buffer("target_std", torch.tensor(float(target_std)))
+        self.register_buffer("scale", torch.tensor(float(scale)))
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, std = _mean_and_std(torch.stack([member(*inputs) for member in self.members], dim=-1))
+        return self.target_mean + self.target_std * mean, self.target_std * self.scale * std
+
+
+def export_onnx(
+    model: nn.Module,
+    example_inputs: dict[str, torch.Tensor],
+    dynamic_axes: dict[str, dict[int, str]],
+    output_names: list[str],
+    path: str | Path,
+    opset: int = 18,
+) -> Path:
+    """Export with the dynamo exporter; axes named alike share one dynamic dimension."""
+    dims: dict[str, Dim] = {}
+    dynamic_shapes = {
+        name: {axis: dims.setdefault(label, Dim(label)) for axis, label in axes.items()}
+        for name, axes in dynamic_axes.items()
+    }
+    model = model.eval().cpu()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(
+            model,
+            tuple(example_inputs.values()),
+            dynamo=True,
+            opset_version=opset,
+            input_names=list(example_inputs),
+            output_names=output_names,
+            dynamic_shapes=(tuple(dynamic_shapes.get(name, {}) for name in example_inputs),),
+            verbose=False,
+        )
+    program.save(str(path))
+    return path

@@ -1,0 +1,1 @@
+"""Molecular property model: graph encoder, heads and the masked-atom objective."""

@@ -1,0 +1,34 @@
+"""ONNX Runtime sessions: CUDA when it really loads, CPU otherwise (torch-free, used by serving)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+# onnxruntime-gpu lists CUDA among the available providers even where the CUDA libraries cannot
+# load, and its failed attempt logs an error. We try CUDA with that log quieted and read the
+# providers of the live session instead of trusting get_available_providers().
+_ERRORS, _FATAL_ONLY = 3, 4
+
+
+def load_session(path: str | Path, prefer_cuda: bool = True) -> tuple[ort.InferenceSession, str]:
+    """An inference session for `path` and the provider it actually runs on."""
+    options = ort.SessionOptions()
+    options.log_severity_level = _ERRORS
+    providers = ["CPUExecutionProvider"]
+    if prefer_cuda and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    ort.set_default_logger_severity(_FATAL_ONLY)
+    try:
+        session = ort.InferenceSession(str(path), sess_options=options, providers=providers)
+    finally:
+        ort.set_default_logger_severity(_ERRORS)
+    return session, session.get_providers()[0]
+
+
+def run(session: ort.InferenceSession, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run `session` on named inputs; returns outputs by name."""
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, inputs)))

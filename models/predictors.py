@@ -1,0 +1,70 @@
+"""Predict with an exported ONNX model and its model card (torch-free: used by flows and serving).
+
+The model card is the JSON that travels with each ONNX file: featurisation state, calibration
+parameters, alert threshold and test metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from data.errors import DataValidationError
+from data.molecules.featurize import FEATURIZER_VERSION, batch_graphs, featurize_smiles
+from data.sensors.featurize import WindowFeaturizer
+from models.onnx_runtime import load_session, run
+
+
+class SensorPredictor:
+    """Raw windows (n, C, T) with NaN gaps -> failure probability, uncertainty and alert flag, each (n,)."""
+
+    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
+        self.card = card
+        self.session, self.provider = load_session(onnx_path, prefer_cuda)
+        self.featurizer = WindowFeaturizer.from_dict(card["featurizer"])
+        self.threshold = float(card["threshold"])
+
+    def predict(self, windows: np.ndarray) -> dict[str, np.ndarray]:
+        outputs = run(self.session, {"features": self.featurizer.transform(windows)})
+        return {
+            "probability": outputs["probability"],
+            "uncertainty": outputs["uncertainty"],
+            "alert": outputs["probability"] >= self.threshold,
+        }
+
+
+class MoleculePredictor:
+    """SMILES -> value (regression) or probability (classification) and uncertainty per molecule.
+
+    SMILES that do not parse get an error message instead; the others are still answered.
+    """
+
+    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
+        if card.get("featurizer_version") != FEATURIZER_VERSION:
+            raise ValueError(
+                f"model needs featurizer version {card.get('featurizer_version')}, this code has {FEATURIZER_VERSION}"
+            )
+        self.card = card
+        self.task = card["task"]
+        self.session, self.provider = load_session(onnx_path, prefer_cuda)
+
+    def predict(self, smiles: list[str]) -> dict[str, np.ndarray | list]:
+        """Returns `prediction` and `uncertainty` (n,) float (NaN where failed) and `error` (n,) str or None."""
+        graphs, errors = [], []
+        for item in smiles:
+            try:
+                graphs.append(featurize_smiles(item))
+                errors.append(None)
+            except DataValidationError as error:
+                graphs.append(None)
+                errors.append(str(error))
+        prediction = np.full(len(smiles), np.nan, dtype=np.float32)
+        uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
+        ok = [i for i, g in enumerate(graphs) if g is not None]
+        if ok:
+            outputs = run(self.session, batch_graphs([graphs[i] for i in ok]))
+            first = "value" if self.task == "regression" else "probability"
+            prediction[ok] = outputs[first]
+            uncertainty[ok] = outputs["uncertainty"]
+        return {"prediction": prediction, "uncertainty": uncertainty, "error": errors}

@@ -1,0 +1,1 @@
+"""Sensor failure detector: encoder, heads and the self-supervised objective."""

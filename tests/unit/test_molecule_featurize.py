@@ -1,0 +1,118 @@
+"""Featurisation of hand-checked molecules and graph batching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from data.molecules.featurize import (
+    ATOM_FEATURE_SIZES,
+    ATOM_FEATURES,
+    BOND_FEATURE_SIZES,
+    BOND_TYPES,
+    DEGREES,
+    ELEMENTS,
+    FORMAL_CHARGES,
+    batch_graphs,
+    featurize_smiles,
+)
+from data.molecules.standardize import InvalidSmilesError, canonical_smiles
+from rdkit import Chem
+
+ELEMENT, DEGREE, CHARGE, AROMATIC, HYBRID, TOTAL_H, IN_RING = range(len(ATOM_FEATURES))
+BOND_TYPE, CONJUGATED, BOND_RING, STEREO = range(4)
+
+
+def _check_shapes(g, n_atoms, n_edges):
+    assert g.atom_features.shape == (n_atoms, len(ATOM_FEATURE_SIZES)) and g.atom_features.dtype == np.int64
+    assert g.edge_index.shape == (2, n_edges) and g.edge_index.dtype == np.int64
+    assert g.bond_features.shape == (n_edges, len(BOND_FEATURE_SIZES)) and g.bond_features.dtype == np.int64
+    assert (g.atom_features < np.array(ATOM_FEATURE_SIZES)).all() and (g.atom_features >= 0).all()
+    assert (g.bond_features < np.array(BOND_FEATURE_SIZES)).all() and (g.bond_features >= 0).all()
+
+
+def test_ethanol():
+    g = featurize_smiles("CCO")
+    _check_shapes(g, 3, 4)
+    elements = [ELEMENTS[i] for i in g.atom_features[:, ELEMENT]]
+    assert sorted(elements) == ["C", "C", "O"]
+    o = elements.index("O")
+    assert DEGREES[g.atom_features[o, DEGREE]] == 1
+    assert g.atom_features[o, TOTAL_H] == 1
+    # the C bonded to O has degree 2 and 2 H; the methyl has degree 1 and 3 H
+    assert sorted(g.atom_features[:, DEGREE].tolist()) == [1, 1, 2]
+    assert sorted(g.atom_features[:, TOTAL_H].tolist()) == [1, 2, 3]
+    assert (g.atom_features[:, AROMATIC] == 0).all() and (g.atom_features[:, IN_RING] == 0).all()
+    # each bond in both directions
+    pairs = set(map(tuple, g.edge_index.T.tolist()))
+    assert len(pairs) == 4 and all((v, u) in pairs for u, v in pairs)
+    assert (g.bond_features[:, BOND_TYPE] == BOND_TYPES.index(Chem.BondType.SINGLE)).all()
+
+
+def test_benzene_aromatic_ring():
+    g = featurize_smiles("c1ccccc1")
+    _check_shapes(g, 6, 12)
+    assert (g.atom_features[:, AROMATIC] == 1).all() and (g.atom_features[:, IN_RING] == 1).all()
+    assert (g.atom_features[:, DEGREE] == 2).all()
+    assert (g.bond_features[:, BOND_TYPE] == BOND_TYPES.index(Chem.BondType.AROMATIC)).all()
+    assert (g.bond_features[:, BOND_RING] == 1).all() and (g.bond_features[:, CONJUGATED] == 1).all()
+    assert np.bincount(g.edge_index[0], minlength=6).tolist() == [2] * 6
+
+
+def test_quaternary_ammonium_keeps_its_charge():
+    g = featurize_smiles("C[N+](C)(C)C")
+    _check_shapes(g, 5, 8)
+    n = [ELEMENTS[i] for i in g.atom_features[:, ELEMENT]].index("N")
+    assert FORMAL_CHARGES[g.atom_features[n, CHARGE]] == 1
+    assert DEGREES[g.atom_features[n, DEGREE]] == 4
+    assert g.atom_features[n, TOTAL_H] == 0
+
+
+def test_salt_is_stripped_and_neutralised():
+    g = featurize_smiles("CC(=O)[O-].[Na+]")
+    assert g.num_atoms == 4
+    assert (np.array(FORMAL_CHARGES)[g.atom_features[:, CHARGE]] == 0).all()
+    assert canonical_smiles("CC(=O)[O-].[Na+]") == "CC(=O)O"
+
+
+def test_single_atom_has_no_edges():
+    g = featurize_smiles("C")
+    _check_shapes(g, 1, 0)
+    assert g.atom_features[0, TOTAL_H] == 4 and g.atom_features[0, DEGREE] == 0
+
+
+def test_unknown_element_goes_to_the_unknown_bucket():
+    g = featurize_smiles("[Te]")
+    assert g.atom_features[0, ELEMENT] == len(ELEMENTS) == ATOM_FEATURE_SIZES[ELEMENT] - 1
+
+
+def test_same_molecule_any_smiles_gives_identical_arrays():
+    for a, b in [("CCO", "OCC"), ("Oc1ccccc1C", "Cc1ccccc1O"), ("CC(=O)[O-].[Na+]", "OC(C)=O")]:
+        ga, gb = featurize_smiles(a), featurize_smiles(b)
+        for field in ("atom_features", "edge_index", "bond_features"):
+            np.testing.assert_array_equal(getattr(ga, field), getattr(gb, field))
+    # training featurises the cleaned canonical SMILES; serving the raw one
+    raw = "C[NH+](C)CCc1ccc(O)cc1.[Cl-]"
+    np.testing.assert_array_equal(featurize_smiles(raw).atom_features, featurize_smiles(canonical_smiles(raw)).atom_features)
+
+
+@pytest.mark.parametrize("bad, words", [("", "empty"), ("   ", "empty"), ("C1CC", "syntax"), ("c1cccc1", "kekulize"), ("CN(=O)(=O)(=O)C", "valence")])
+def test_invalid_smiles_raise_clear_errors(bad, words):
+    with pytest.raises(InvalidSmilesError) as err:
+        featurize_smiles(bad)
+    assert words in str(err.value).lower()
+
+
+def test_batch_graphs_offsets():
+    graphs = [featurize_smiles(s) for s in ("CCO", "C", "c1ccccc1")]
+    b = batch_graphs(graphs)
+    assert b["atom_features"].shape == (10, len(ATOM_FEATURE_SIZES))
+    assert b["edge_index"].shape == (2, 16) and b["bond_features"].shape == (16, len(BOND_FEATURE_SIZES))
+    assert b["batch"].tolist() == [0, 0, 0, 1, 2, 2, 2, 2, 2, 2]
+    assert b["graph_mask"].dtype == np.float32 and b["graph_mask"].tolist() == [1.0, 1.0, 1.0]
+    np.testing.assert_array_equal(b["edge_index"][:, :4], graphs[0].edge_index)
+    np.testing.assert_array_equal(b["edge_index"][:, 4:], graphs[2].edge_index + 4)
+    # every edge stays inside its own graph
+    assert (b["batch"][b["edge_index"][0]] == b["batch"][b["edge_index"][1]]).all()
+    for key in ("atom_features", "edge_index", "bond_features", "batch"):
+        assert b[key].dtype == np.int64

@@ -1,0 +1,83 @@
+"""The fleet simulator: determinism, failure labels, gaps, label-noise knobs, speed."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from data.sensors.config import SimulatorConfig
+from data.sensors.simulator import simulate_fleet
+
+SMALL = SimulatorConfig(n_units=12, n_steps=400)
+
+
+def test_same_seed_same_fleet_and_other_seed_differs():
+    a, b, c = simulate_fleet(SMALL, 3), simulate_fleet(SMALL, 3), simulate_fleet(SMALL, 4)
+    pd.testing.assert_frame_equal(a, b)
+    assert not a.equals(c)
+
+
+def test_columns_and_types():
+    df = simulate_fleet(SMALL, 0)
+    assert list(df.columns) == ["unit", "time", *SMALL.channels, "label"]
+    assert df["unit"].iloc[0] == "m000"
+    assert df["time"].dtype.kind == "i" and df["label"].dtype.kind == "i"
+    assert set(df["label"].unique()) <= {0, 1}
+
+
+def test_failing_units_end_with_their_only_positive_row():
+    df = simulate_fleet(SMALL, 1)
+    lengths = df.groupby("unit").size()
+    positives = df.groupby("unit")["label"].sum()
+    last_label = df.groupby("unit")["label"].last()
+    failing = positives[positives > 0].index
+    assert len(failing) == round(SMALL.failure_fraction * SMALL.n_units)
+    assert (positives[failing] == 1).all() and (last_label[failing] == 1).all()
+    assert (lengths[failing] < SMALL.n_steps).all()
+    healthy = positives.index.difference(failing)
+    assert (lengths[healthy] == SMALL.n_steps).all()
+    assert (df.groupby("unit")["time"].apply(lambda t: (np.diff(t) == 1).all())).all()
+
+
+def test_degradation_is_visible_before_failure():
+    df = simulate_fleet(SimulatorConfig(n_units=20, n_steps=600, failure_fraction=0.5), 2)
+    failing = df.groupby("unit")["label"].transform("sum") > 0
+    first, last = df[failing].groupby("unit")["vibration"].first(), df[failing].groupby("unit")["vibration"].last()
+    assert (last > first).mean() > 0.8  # vibration rises towards failure
+
+
+def test_dropout_gaps_are_present_and_span_several_steps():
+    df = simulate_fleet(SimulatorConfig(n_units=10, n_steps=500, dropout_rate=0.01), 0)
+    missing = df["vibration"].isna().to_numpy()
+    assert 0.01 < missing.mean() < 0.15
+    assert (missing[1:] & missing[:-1]).any()
+    assert df[["unit", "time", "label"]].notna().all().all()
+
+
+def test_no_gaps_without_dropouts():
+    assert not simulate_fleet(SimulatorConfig(n_units=5, n_steps=200, dropout_rate=0.0), 0).isna().any().any()
+
+
+def test_label_shift_moves_recorded_failure_within_bound():
+    base = simulate_fleet(SMALL, 5).groupby("unit")
+    shifted = simulate_fleet(SMALL.model_copy(update={"label_shift_max": 10}), 5).groupby("unit")
+    failing = base["label"].sum() > 0
+    assert ((shifted["label"].sum() > 0) == failing).all()
+    delta = shifted.size()[failing] - base.size()[failing]
+    assert (delta.abs() <= 10).all() and (delta != 0).any()
+    assert (shifted["label"].last()[failing] == 1).all()
+
+
+def test_label_flip_rate_adds_noisy_positive_rows():
+    noisy = simulate_fleet(SMALL.model_copy(update={"label_flip_rate": 0.02}), 0)
+    rate = noisy["label"].mean()
+    assert 0.01 < rate < 0.03
+
+
+def test_default_fleet_is_fast():
+    start = time.perf_counter()
+    df = simulate_fleet(SimulatorConfig(), 0)
+    assert time.perf_counter() - start < 1.0
+    assert df["unit"].nunique() == 40
