@@ -1,0 +1,82 @@
+"""`make run`: the whole pipeline with `dvc repro` against one Prefect server, the data pushed to the
+DVC remote, then a summary of what was trained, measured and registered.
+
+    python -m flows.pipeline run       # dvc repro + dvc push + summary
+    python -m flows.pipeline summary   # the summary of the last run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from tabulate import tabulate
+
+from flows._environment import PROJECT_ROOT
+from flows.paths import MOLECULE, SENSOR
+from flows.server import prefect_server
+
+app = typer.Typer(add_completion=False, help=__doc__)
+
+SHOWN = {"sensor": ["pr_auc", "roc_auc", "recall_at_p90", "f2", "brier", "ece"],
+         "molecule": ["rmse", "mae", "r2", "coverage", "roc_auc", "pr_auc", "ece"]}
+
+
+def _dvc(*args: str, env: dict[str, str]) -> None:
+    venv_bin = str(Path(sys.executable).parent)
+    env = {**env, "PATH": venv_bin + os.pathsep + env.get("PATH", "")}
+    result = subprocess.run([str(Path(venv_bin) / "dvc"), *args], cwd=PROJECT_ROOT, env=env)
+    if result.returncode != 0:
+        raise typer.Exit(result.returncode)
+
+
+def summary_rows() -> list[list[str]]:
+    rows = []
+    for paths in (SENSOR, MOLECULE):
+        if not paths.metrics.exists():
+            rows.append([paths.family, "(not run yet)", "", "", "", ""])
+            continue
+        result = json.loads(paths.metrics.read_text())
+        keys = [k for k in SHOWN[paths.family] if k in result["model"]]
+        ours = ", ".join(f"{k} {result['model'][k]:.3f}" for k in keys)
+        base = ", ".join(f"{k} {result['baseline'][k]:.3f}" for k in keys if k in result["baseline"])
+        verdict = "champion" if result["promoted"] else "challenger (gate refused)"
+        rows.append([paths.family, result["model_name"], f"v{result['registered_version']} {verdict}", ours,
+                     f"{result['baseline']['name']}: {base}", "; ".join(result["reasons"])])
+    return rows
+
+
+@app.command()
+def summary() -> None:
+    """Print test metrics next to the baselines, registered versions and promotion decisions."""
+    headers = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
+    typer.echo(tabulate(summary_rows(), headers=headers, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
+    typer.echo(
+        "\nWhere to look next:\n"
+        "  metrics/*.json, metrics/*_predictions.csv   test metrics and per-item predictions\n"
+        "  metrics/plots/                              PR curve, reliability, parity, training curves\n"
+        "  make ui                                     Prefect UI (:4200) and MLflow UI (:5000)\n"
+        "  make serve                                  the champions over HTTP\n"
+        "  .venv/bin/dvc metrics show / dvc plots show"
+    )
+
+
+@app.command()
+def run() -> None:
+    """`dvc repro` (every stage a Prefect flow run), `dvc push` to the default remote, then the summary."""
+    env = dict(os.environ)
+    if env.get("PREFECT_API_URL"):
+        _dvc("repro", env=env)
+    else:
+        with prefect_server() as url:
+            _dvc("repro", env={**env, "PREFECT_API_URL": url})
+    _dvc("push", "--quiet", env=env)
+    summary()
+
+
+if __name__ == "__main__":
+    app()
