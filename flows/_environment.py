@@ -9,12 +9,19 @@ import logging
 import os
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+def workspace() -> Path:
+    """The pipeline's working folder, where data/prepared, artifacts, metrics, mlflow and .prefect live.
+
+    It is the folder a stage runs in (DVC runs every stage from the repository root), so a test can
+    run the whole pipeline in a scratch copy without touching the project's own state.
+    """
+    return Path.cwd()
+
 
 _DEFAULTS = {
-    "PREFECT_HOME": str(PROJECT_ROOT / ".prefect"),
+    "PREFECT_HOME": str(workspace() / ".prefect"),
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_LOGGING_LEVEL": "WARNING",
     "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "true",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "DVC_NO_ANALYTICS": "1",

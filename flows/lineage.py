@@ -10,17 +10,17 @@ from dvc_data.hashfile.build import build
 from dvc_data.hashfile.db import HashFileDB
 from dvc_objects.fs.local import LocalFileSystem
 
-from flows._environment import PROJECT_ROOT
+from flows._environment import workspace
 
 
 def git_commit() -> str:
     """HEAD's commit id, with '+dirty' when tracked files changed; 'unknown' outside git."""
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", "HEAD"], cwd=workspace(), capture_output=True, text=True, check=True
         ).stdout.strip()
         dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT_ROOT, capture_output=True, text=True
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=workspace(), capture_output=True, text=True
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -38,5 +38,6 @@ def dvc_md5(path: Path) -> str:
 def dataset_tags(name: str, path: Path) -> dict[str, str]:
     """MLflow tags naming a dataset's location and DVC md5."""
     resolved = Path(path).resolve()
-    shown = resolved.relative_to(PROJECT_ROOT) if resolved.is_relative_to(PROJECT_ROOT) else resolved
+    root = workspace().resolve()
+    shown = resolved.relative_to(root) if resolved.is_relative_to(root) else resolved
     return {f"data.{name}.path": str(shown), f"data.{name}.dvc_md5": dvc_md5(resolved)}

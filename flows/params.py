@@ -13,13 +13,12 @@ from pydantic import Field, ValidationError
 from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows._environment import PROJECT_ROOT
 from flows.config import ExportConfig, RegistryConfig, TrackingConfig
 from models.config import FinetuneConfig, PretrainConfig
 from models.molecule.config import MoleculeCalibrateConfig, MoleculeModelConfig
 from models.sensor.config import SensorCalibrateConfig, SensorModelConfig
 
-DEFAULT_PARAMS = PROJECT_ROOT / "params.yaml"
+DEFAULT_PARAMS = "params.yaml"
 
 
 class SensorParams(StrictModel):

@@ -5,15 +5,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from flows._environment import PROJECT_ROOT
+from flows._environment import workspace
 
 
 @dataclass(frozen=True)
 class StagePaths:
-    """Files of one model family's pipeline, all inside the project."""
+    """Files of one model family's pipeline, inside the workspace (`root`, default: the current folder)."""
 
     family: str
-    root: Path = PROJECT_ROOT
+    workspace: Path | None = None
+
+    @property
+    def root(self) -> Path:
+        return self.workspace or workspace()
 
     @property
     def prepared(self) -> Path:

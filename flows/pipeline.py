@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 from tabulate import tabulate
 
-from flows._environment import PROJECT_ROOT
+from flows._environment import workspace
 from flows.paths import MOLECULE, SENSOR
 from flows.server import prefect_server
 
@@ -29,7 +29,7 @@ SHOWN = {"sensor": ["pr_auc", "roc_auc", "recall_at_p90", "f2", "brier", "ece"],
 def _dvc(*args: str, env: dict[str, str]) -> None:
     venv_bin = str(Path(sys.executable).parent)
     env = {**env, "PATH": venv_bin + os.pathsep + env.get("PATH", "")}
-    result = subprocess.run([str(Path(venv_bin) / "dvc"), *args], cwd=PROJECT_ROOT, env=env)
+    result = subprocess.run([str(Path(venv_bin) / "dvc"), *args], cwd=workspace(), env=env)
     if result.returncode != 0:
         raise typer.Exit(result.returncode)
 

@@ -139,7 +139,7 @@ def register_and_gate(
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")
     return {
         "model_name": cfg.model_name,
-        "registered_version": version,
+        "registered_version": int(version),
         "promoted": decision.promote,
         "reasons": decision.reasons,
         "champion_before": champion_version,

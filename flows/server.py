@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from flows._environment import PROJECT_ROOT
+from flows._environment import workspace
 
 
 def free_port() -> int:
@@ -43,13 +43,13 @@ def prefect_server(port: int | None = None, ui: bool = False, timeout: float = 1
     """Start `prefect server start` on 127.0.0.1; yields its API URL; stops it on exit."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
-    log = PROJECT_ROOT / ".prefect" / "server.log"
+    log = Path(os.environ["PREFECT_HOME"]) / "server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port),
                "--analytics-off", "--ui" if ui else "--no-ui"]
     env = {**os.environ, "PREFECT_API_URL": url}
     with open(log, "ab") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=PROJECT_ROOT)
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=workspace())
     try:
         wait_healthy(url, process, timeout, log)
         yield url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from collections.abc import Callable
 
@@ -36,6 +37,22 @@ compute_task = functools.partial(task, cache_policy=NO_CACHE)
 """A task that computes on in-memory arrays (arrays are not hashed for caching)."""
 
 
+class _NoTracebackForBadInput(logging.Filter):
+    """Prefect logs a failed run's exception with its traceback; for bad input the message says it all."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], BAD_INPUT):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def _quiet_bad_input_tracebacks() -> None:
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in list(logging.root.manager.loggerDict)
+                                      if name.startswith("prefect"))]
+    for handler in {h for logger in loggers for h in logger.handlers}:
+        handler.addFilter(_NoTracebackForBadInput())
+
+
 def stage_cli(flow: Callable[..., object]) -> None:
     """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
 
@@ -43,6 +60,7 @@ def stage_cli(flow: Callable[..., object]) -> None:
     """
 
     def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+        _quiet_bad_input_tracebacks()
         try:
             flow(params_file=params)
         except BAD_INPUT as error:

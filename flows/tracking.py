@@ -11,28 +11,28 @@ from typing import Any
 
 import mlflow
 
-from flows._environment import PROJECT_ROOT
+from flows._environment import workspace
 from flows.config import TrackingConfig
 from flows.lineage import dataset_tags, git_commit
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
-    """MLFLOW_TRACKING_URI if set; else cfg.uri with a relative sqlite path made project-absolute."""
+    """MLFLOW_TRACKING_URI if set; else cfg.uri with a relative sqlite path made workspace-absolute."""
     uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri
     prefix = "sqlite:///"
     if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        db = PROJECT_ROOT / uri[len(prefix):]
+        db = workspace() / uri[len(prefix):]
         db.parent.mkdir(parents=True, exist_ok=True)
         uri = prefix + str(db)
     return uri
 
 
 def artifact_location(cfg: TrackingConfig, family: str) -> str:
-    """Artifact root of a family's experiment (a URI; relative paths are inside the project)."""
+    """Artifact root of a family's experiment (a URI; relative paths are inside the workspace)."""
     root = cfg.artifact_root
     if "://" in root:
         return f"{root.rstrip('/')}/{family}"
-    return (PROJECT_ROOT / root / family).resolve().as_uri()
+    return (workspace() / root / family).resolve().as_uri()
 
 
 def use_tracking(cfg: TrackingConfig) -> None:

@@ -4,9 +4,14 @@ for a user without it the test skips with the reason."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# Flows run in-process by tests keep their Prefect state out of the project's own .prefect/.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
+os.environ.pop("PREFECT_API_URL", None)
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))

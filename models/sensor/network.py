@@ -9,17 +9,31 @@ from torch import nn
 from models.sensor.config import SensorModelConfig
 
 
-class CausalConvBlock(nn.Module):
-    """Dilated causal convolution with a residual connection and GroupNorm (batch-independent).
+class StepNorm(nn.Module):
+    """LayerNorm over channels at each time step: independent of the batch and of other steps.
 
     (B, H, T) -> (B, H, T)
+    """
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x.transpose(1, 2)).transpose(1, 2)
+
+
+class CausalConvBlock(nn.Module):
+    """Dilated causal convolution with a residual connection and per-step normalisation.
+
+    (B, H, T) -> (B, H, T); step t sees only steps <= t.
     """
 
     def __init__(self, hidden: int, kernel_size: int, dilation: int, dropout: float):
         super().__init__()
         self.pad = (kernel_size - 1) * dilation
         self.conv = nn.Conv1d(hidden, hidden, kernel_size, dilation=dilation)
-        self.norm = nn.GroupNorm(1, hidden)
+        self.norm = StepNorm(hidden)
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

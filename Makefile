@@ -1,0 +1,41 @@
+# Two commands for a newcomer: `make run` (the whole default pipeline) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+
+# Telemetry off and all state inside the project, for everything launched from here.
+export PREFECT_HOME := $(CURDIR)/.prefect
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export MLFLOW_DISABLE_TELEMETRY := true
+export DVC_NO_ANALYTICS := 1
+export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
+export DO_NOT_TRACK := 1
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: run test serve ui install
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+# torch first and pinned (the CPU build); then the project; then check nothing replaced torch.
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), f'torch was changed to {torch.__version__}'"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(BIN)/python -m flows.pipeline run
+
+test: install
+	$(BIN)/python -m pytest
+
+serve: install
+	$(BIN)/python -m serving
+
+ui: install
+	$(BIN)/python -m flows.ui

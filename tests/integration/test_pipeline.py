@@ -1,0 +1,97 @@
+"""The whole default pipeline, for real: `dvc repro` of Prefect flows into an MLflow SQLite store and
+registry, with a DVC cache and local remote, in a scratch workspace with tiny settings."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from tests.integration.workspace import make_workspace, run
+
+pytestmark = pytest.mark.integration
+
+TINY = {
+    "sensor": {
+        "data": {"window": 16, "stride": 8, "horizon": 24,
+                 "simulator": {"n_units": 24, "n_steps": 600, "failure_fraction": 0.6}},
+        "model": {"hidden": 8, "layers": 2},
+        "pretrain": {"epochs": 1},
+        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+    },
+    "molecule": {
+        "model": {"hidden": 16, "layers": 2},
+        "pretrain": {"epochs": 1},
+        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline(tmp_path_factory):
+    """The pipeline run once through `python -m flows.pipeline run` (what `make run` calls)."""
+    root = make_workspace(tmp_path_factory.mktemp("pipeline"), TINY)
+    result = run(root, sys.executable, "-m", "flows.pipeline", "run")
+    return root, result
+
+
+def test_pipeline_registers_both_families_as_champion(pipeline):
+    root, result = pipeline
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
+    for family, name in (("sensor", "sensor-failure-detector"), ("molecule", "molecular-property")):
+        champion = client.get_model_version_by_alias(name, "champion")
+        metrics = json.loads((root / "metrics" / f"{family}.json").read_text())
+        assert metrics["registered_version"] == champion.version
+        assert metrics["promoted"] is True
+        assert champion.tags["onnx_sha256"] == json.loads(
+            (root / "artifacts" / family / "export" / "model_card.json").read_text())["onnx_sha256"]
+        assert metrics["baseline"]["name"] and set(metrics["model"]) >= ({"pr_auc", "ece"} if family == "sensor"
+                                                                         else {"rmse", "coverage"})
+    assert "sensor-failure-detector" in result.stdout and "molecular-property" in result.stdout  # summary table
+
+
+def test_every_stage_run_carries_lineage(pipeline):
+    root, _ = pipeline
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
+    lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]
+    commit = run(root, "git", "rev-parse", "HEAD").stdout.strip()
+    for family in ("sensor", "molecule"):
+        prepared_md5 = lock[f"{family}_prepare"]["outs"][0]["md5"]
+        experiment = client.get_experiment_by_name(family)
+        runs = client.search_runs([experiment.experiment_id])
+        stages = {r.data.tags["stage"] for r in runs}
+        assert stages == {"prepare", "pretrain", "finetune", "calibrate", "baseline", "export", "register"}
+        for r in runs:
+            assert r.data.tags[f"data.{family}.dvc_md5"] == prepared_md5
+            assert r.data.tags["git_commit"].startswith(commit)
+
+
+def test_predictions_files_follow_the_contract(pipeline):
+    root, _ = pipeline
+    sensor = (root / "metrics" / "sensor_predictions.csv").read_text().splitlines()
+    molecule = (root / "metrics" / "molecule_predictions.csv").read_text().splitlines()
+    assert sensor[0] == "unit,time,label,probability,uncertainty" and len(sensor) > 10
+    assert molecule[0] == "smiles,target,prediction,uncertainty" and len(molecule) > 10
+
+
+def test_second_repro_is_a_no_op_and_data_is_pushed(pipeline):
+    root, _ = pipeline
+    again = run(root, "dvc", "repro")
+    assert "Running stage" not in again.stdout
+    assert "up to date" in again.stdout
+    assert any((root / ".dvc-storage").rglob("*")), "dvc push left the default remote empty"
+
+
+def test_a_param_change_reruns_exactly_the_stages_it_affects(pipeline):
+    root, _ = pipeline
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["sensor"]["calibrate"] = {"target_precision": 0.7}
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    dry = run(root, "dvc", "repro", "--dry").stdout
+    ran = {line.split("'")[1] for line in dry.splitlines() if line.startswith("Running stage")}
+    assert {"sensor_calibrate", "sensor_baseline"} <= ran
+    assert not ran & {"sensor_prepare", "sensor_pretrain", "sensor_finetune"}
+    assert not any(name.startswith("molecule_") for name in ran)

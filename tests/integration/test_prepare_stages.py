@@ -1,0 +1,79 @@
+"""Prepare stages as Prefect flow runs on the developer datasets, and bad input at the edges."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from tests.integration.workspace import PROJECT, merged, run
+
+pytestmark = pytest.mark.integration
+
+
+def write_params(root, overrides) -> str:
+    params = merged(yaml.safe_load((PROJECT / "params.yaml").read_text()), overrides)
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    return str(root / "params.yaml")
+
+
+def test_molecule_prepare_on_esol_scaffold_split(shared_data, tmp_path, monkeypatch):
+    from flows.molecule.prepare import molecule_prepare
+
+    monkeypatch.chdir(tmp_path)
+    params = write_params(tmp_path, {"molecule": {"data": {
+        "source": "file", "path": str(shared_data / "esol" / "delaney-processed.csv"),
+        "target_column": "measured log solubility in mols per litre", "duplicates": "keep"}}})
+    report = molecule_prepare(params_file=params)
+    sizes = {name: len(pd.read_csv(tmp_path / "data/prepared/molecule" / f"{name}.csv")) for name in ("train", "val", "test")}
+    assert sizes == {"train": 902, "val": 113, "test": 113}  # the ANCHORS protocol
+    assert report["invalid"]["count"] == 0
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow' / 'mlflow.db'}")
+    (prepare_run,) = client.search_runs([client.get_experiment_by_name("molecule").experiment_id])
+    assert prepare_run.data.tags["data.molecule.dvc_md5"].endswith(".dir")
+    assert prepare_run.data.metrics["n_train"] == 902
+
+
+def test_sensor_prepare_on_cmapss_fd001(shared_data, tmp_path, monkeypatch):
+    from flows.sensor.prepare import sensor_prepare
+
+    monkeypatch.chdir(tmp_path)
+    params = write_params(tmp_path, {"sensor": {"data": {
+        "source": "cmapss", "path": str(shared_data / "cmapss_fd001" / "train_FD001.txt.gz"),
+        "window": 30, "stride": 1, "horizon": 30, "split": "unit", "unit_order": "sorted"}}})
+    sensor_prepare(params_file=params)
+    with np.load(tmp_path / "data/prepared/sensor/test.npz") as test:
+        assert test["X"].shape[0] == 2856 and int(test["y"].sum()) == 465  # the ANCHORS protocol
+        assert set(np.unique(test["unit"])) == {f"e{i:03d}" for i in range(86, 101)}
+    meta = json.loads((tmp_path / "data/prepared/sensor/meta.json").read_text())
+    assert {"op_setting_3", "s1", "s18", "s19"} <= set(meta["report"]["dropped_channels"])
+
+
+def test_bad_sensor_file_stops_the_stage_naming_file_and_column_and_keeps_old_outputs(tmp_path):
+    rows = [{"machine": f"m{u}", "t": t, "temp": "hot" if t == 3 else 20.0 + t, "failed": int(t == 9)}
+            for u in range(6) for t in range(10)]
+    csv = tmp_path / "fleet.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    write_params(tmp_path, {"sensor": {"data": {"source": "file", "path": str(csv), "unit_column": "machine",
+                                                "time_column": "t", "label_column": "failed",
+                                                "sensor_columns": ["temp"], "window": 4, "stride": 1}}})
+    earlier = tmp_path / "data" / "prepared" / "sensor" / "meta.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    result = run(tmp_path, sys.executable, "-m", "flows.sensor.prepare", "--params", "params.yaml", check=False)
+    assert result.returncode == 2
+    assert "fleet.csv" in result.stderr and "'temp'" in result.stderr and "numeric" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert earlier.read_text() == "{}"
+
+
+def test_bad_params_stop_the_stage_naming_the_key(tmp_path):
+    write_params(tmp_path, {"molecule": {"finetune": {"epochs": "many"}}})
+    result = run(tmp_path, sys.executable, "-m", "flows.molecule.prepare", check=False)
+    assert result.returncode == 2
+    assert "molecule.finetune.epochs" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,38 @@
+"""The promotion gate decides on metrics alone: tested without a registry."""
+
+from flows.config import RegistryConfig
+from flows.registry import decide
+
+MAX = RegistryConfig(model_name="m", primary_metric="pr_auc", mode="max", tolerance=0.01, max_calibration_error=0.1)
+MIN = RegistryConfig(model_name="m", primary_metric="rmse", mode="min", tolerance=0.0, max_calibration_error=0.1)
+
+
+def test_first_version_is_promoted_when_calibrated():
+    decision = decide(MAX, {"pr_auc": 0.5}, None, calibration_error=0.02)
+    assert decision.promote and decision.reasons == ["no champion yet"]
+
+
+def test_better_or_within_tolerance_is_promoted():
+    assert decide(MAX, {"pr_auc": 0.80}, {"pr_auc": 0.75}, 0.02).promote
+    assert decide(MAX, {"pr_auc": 0.745}, {"pr_auc": 0.75}, 0.02).promote
+
+
+def test_worse_challenger_is_refused_with_reason():
+    decision = decide(MAX, {"pr_auc": 0.70}, {"pr_auc": 0.75}, 0.02)
+    assert not decision.promote
+    assert "worse than champion's 0.7500" in decision.reasons[0]
+
+
+def test_lower_is_better_metrics():
+    assert decide(MIN, {"rmse": 0.9}, {"rmse": 1.0}, 0.0).promote
+    assert not decide(MIN, {"rmse": 1.1}, {"rmse": 1.0}, 0.0).promote
+
+
+def test_miscalibrated_challenger_is_refused_even_if_better():
+    decision = decide(MAX, {"pr_auc": 0.99}, {"pr_auc": 0.75}, calibration_error=0.3)
+    assert not decision.promote
+    assert any("calibration error 0.3000 exceeds 0.1" in r for r in decision.reasons)
+
+
+def test_nan_metric_is_refused():
+    assert not decide(MAX, {"pr_auc": float("nan")}, None, 0.0).promote
