@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test serve ui install
+.PHONY: run test serve ui rollback install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ test: install
 
 serve: install
 	$(BIN)/python -m serving
+
+# Move `champion` back to the previous champion: make rollback FAMILY=sensor|molecule
+rollback: install
+	$(BIN)/python -m flows.rollback $(FAMILY)
 
 ui: install
 	$(BIN)/python -m flows.ui

@@ -14,9 +14,19 @@ from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
 from flows.config import ExportConfig, RegistryConfig, TrackingConfig
-from models.config import FinetuneConfig, PretrainConfig
-from models.molecule.config import MoleculeCalibrateConfig, MoleculeModelConfig
-from models.sensor.config import SensorCalibrateConfig, SensorModelConfig
+from models.molecule.config import (
+    MoleculeCalibrateConfig,
+    MoleculeFinetuneConfig,
+    MoleculeModelConfig,
+    MoleculePretrainConfig,
+)
+from models.sensor.config import (
+    SensorBaselineConfig,
+    SensorCalibrateConfig,
+    SensorFinetuneConfig,
+    SensorModelConfig,
+    SensorPretrainConfig,
+)
 
 DEFAULT_PARAMS = "params.yaml"
 
@@ -24,9 +34,10 @@ DEFAULT_PARAMS = "params.yaml"
 class SensorParams(StrictModel):
     data: SensorDataConfig = Field(default_factory=SensorDataConfig)
     model: SensorModelConfig = Field(default_factory=SensorModelConfig)
-    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
-    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    pretrain: SensorPretrainConfig = Field(default_factory=SensorPretrainConfig)
+    finetune: SensorFinetuneConfig = Field(default_factory=SensorFinetuneConfig)
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
+    baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
@@ -38,8 +49,8 @@ class SensorParams(StrictModel):
 class MoleculeParams(StrictModel):
     data: MoleculeDataConfig = Field(default_factory=MoleculeDataConfig)
     model: MoleculeModelConfig = Field(default_factory=MoleculeModelConfig)
-    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
-    finetune: FinetuneConfig = Field(default_factory=FinetuneConfig)
+    pretrain: MoleculePretrainConfig = Field(default_factory=MoleculePretrainConfig)
+    finetune: MoleculeFinetuneConfig = Field(default_factory=MoleculeFinetuneConfig)
     calibrate: MoleculeCalibrateConfig = Field(default_factory=MoleculeCalibrateConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(

@@ -16,6 +16,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import Model, ModelSignature
 
 from flows.config import RegistryConfig
+from models.predictors import IncompatibleModelError
 
 CHAMPION, CHALLENGER = "champion", "challenger"
 
@@ -51,7 +52,7 @@ def decide(
         promote = False
         reasons.append(f"calibration error {calibration_error:.4f} exceeds {cfg.max_calibration_error}")
     if champion is None:
-        reasons.append("no champion yet")
+        reasons.append("no champion to compare with")
     else:
         best = champion[metric]
         ok = value >= best - cfg.tolerance if cfg.mode == "max" else value <= best + cfg.tolerance
@@ -126,15 +127,19 @@ def register_and_gate(
     """Inside an active MLflow run: register a new version, evaluate the current champion on the
     same test split with `champion_metrics(onnx_path, card)`, and apply the promotion gate."""
     existing = champion_files(cfg.model_name, scratch)
-    champion, champion_version = None, None
+    champion, champion_version, notes = None, None, []
     if existing is not None:
         champion_onnx, champion_card, champion_version = existing
-        champion = champion_metrics(champion_onnx, champion_card)
+        try:
+            champion = champion_metrics(champion_onnx, champion_card)
+        except IncompatibleModelError as error:
+            notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
     tags = {f"metric.{k}": f"{v:.6g}" for k, v in card["test_metrics"].items()}
     tags.update({k: v for k, v in mlflow.active_run().data.tags.items() if k.startswith(("data.", "git_commit"))})
     tags["featurizer_version"] = str(card.get("featurizer_version", "n/a"))
     version = register_version(cfg, onnx_path, card, signature, tags)
     decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"])
+    decision.reasons[:0] = notes
     apply_decision(cfg, version, decision)
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")
     return {

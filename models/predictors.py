@@ -11,9 +11,14 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import DataValidationError
-from data.molecules.featurize import FEATURIZER_VERSION, batch_graphs, featurize_smiles
+from data.molecules.featurize import FEATURIZER_VERSION, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
 from models.onnx_runtime import load_session, run
+
+
+class IncompatibleModelError(ValueError):
+    """The model was built for a featurisation this code no longer produces."""
 
 
 class SensorPredictor:
@@ -37,20 +42,24 @@ class SensorPredictor:
 class MoleculePredictor:
     """SMILES -> value (regression) or probability (classification) and uncertainty per molecule.
 
-    SMILES that do not parse get an error message instead; the others are still answered.
+    SMILES that do not parse get an error message instead; the others are still answered. The SMILES view is the
+    canonical SMILES of the standardised molecule, tokenised with the model card's tokenizer; one longer than the
+    tokenizer takes is answered from its graph alone (`graph_only` lists them).
     """
 
     def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
         if card.get("featurizer_version") != FEATURIZER_VERSION:
-            raise ValueError(
+            raise IncompatibleModelError(
                 f"model needs featurizer version {card.get('featurizer_version')}, this code has {FEATURIZER_VERSION}"
             )
         self.card = card
         self.task = card["task"]
+        self.tokenizer = SmilesTokenizer.from_dict(card["tokenizer"])
         self.session, self.provider = load_session(onnx_path, prefer_cuda)
 
     def predict(self, smiles: list[str]) -> dict[str, np.ndarray | list]:
-        """Returns `prediction` and `uncertainty` (n,) float (NaN where failed) and `error` (n,) str or None."""
+        """Returns `prediction` and `uncertainty` (n,) float (NaN where failed), `error` (n,) str or None and
+        `graph_only` (n,) bool (SMILES too long for the tokenizer: answered from the graph alone)."""
         graphs, errors = [], []
         for item in smiles:
             try:
@@ -61,10 +70,13 @@ class MoleculePredictor:
                 errors.append(str(error))
         prediction = np.full(len(smiles), np.nan, dtype=np.float32)
         uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
+        graph_only = np.zeros(len(smiles), dtype=bool)
         ok = [i for i, g in enumerate(graphs) if g is not None]
         if ok:
-            outputs = run(self.session, batch_graphs([graphs[i] for i in ok]))
+            tokens = encode_tokens([graphs[i] for i in ok], self.tokenizer)
+            graph_only[ok] = [t is None for t in tokens]
+            outputs = run(self.session, batch_inputs([graphs[i] for i in ok], tokens))
             first = "value" if self.task == "regression" else "probability"
             prediction[ok] = outputs[first]
             uncertainty[ok] = outputs["uncertainty"]
-        return {"prediction": prediction, "uncertainty": uncertainty, "error": errors}
+        return {"prediction": prediction, "uncertainty": uncertainty, "error": errors, "graph_only": graph_only}

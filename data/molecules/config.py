@@ -29,6 +29,9 @@ class MoleculeDataConfig(StrictModel):
         description="same structure twice: average targets (classification: majority), drop conflicting groups, keep the first, "
         "or keep every row (report only; the MoleculeNet/ANCHORS protocol, duplicates share a scaffold so a scaffold split keeps them together)",
     )
+    max_smiles_length: int = Field(
+        128, ge=8, description="SMILES tokens per molecule incl. [CLS]/[SEP]; a longer SMILES is answered from its graph alone"
+    )
     seed: int = 0
 
     @model_validator(mode="after")

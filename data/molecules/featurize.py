@@ -2,9 +2,10 @@
 
 Every feature column is an index into a small vocabulary; the last index of an open vocabulary is the
 unknown bucket (booleans have exactly two values). Atoms are put in RDKit's canonical order and edges
-sorted, so any SMILES of the same standardised molecule gives identical arrays. Positional encodings and
-SMILES tokenisers belong in their own modules and start from `MolGraph` / canonical SMILES.
-Bump FEATURIZER_VERSION whenever a vocabulary or the standardisation changes.
+sorted, so any SMILES of the same standardised molecule gives identical arrays. Per-atom structural encodings
+(Laplacian eigenvectors, random-walk landing probabilities) come from data/molecules/encodings.py; the SMILES
+view is the canonical SMILES of the standardised molecule (`MolGraph.smiles`), tokenised by
+data/molecules/tokenizer.py. Bump FEATURIZER_VERSION whenever a vocabulary, an encoding or the standardisation changes.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 from rdkit import Chem
 
+from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
 from data.molecules.standardize import parse_smiles, standardize_mol
+from data.molecules.tokenizer import SmilesTokenError, SmilesTokenizer, pad_tokens
 
-FEATURIZER_VERSION = "1"
+FEATURIZER_VERSION = "2"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens
 
 ELEMENTS = ["C", "N", "O", "S", "F", "Cl", "Br", "I", "P", "B", "Si", "Se"]
 DEGREES = [0, 1, 2, 3, 4, 5]
@@ -47,11 +50,14 @@ BOND_FEATURE_SIZES = [len(BOND_TYPES) + 1, 2, 2, len(BOND_STEREOS) + 1]
 
 @dataclass
 class MolGraph:
-    """One molecule: atom_features int64 (N, A), edge_index int64 (2, E) both directions of each bond, bond_features int64 (E, B)."""
+    """One molecule: atom_features int64 (N, A), edge_index int64 (2, E) both directions of each bond, bond_features
+    int64 (E, B), positional float32 (N, POSITIONAL_SIZE) structural encodings, smiles: its canonical SMILES."""
 
     atom_features: np.ndarray
     edge_index: np.ndarray
     bond_features: np.ndarray
+    positional: np.ndarray
+    smiles: str = ""
 
     @property
     def num_atoms(self) -> int:
@@ -103,7 +109,9 @@ def featurize_mol(mol: Chem.Mol) -> MolGraph:
     order = sorted(range(len(edges)), key=edges.__getitem__)
     edge_index = np.array([edges[i] for i in order], dtype=np.int64).reshape(-1, 2).T
     bond_features = np.array([feats[i] for i in order], dtype=np.int64).reshape(-1, len(BOND_FEATURES))
-    return MolGraph(atom_features=atoms, edge_index=np.ascontiguousarray(edge_index), bond_features=bond_features)
+    edge_index = np.ascontiguousarray(edge_index)
+    return MolGraph(atom_features=atoms, edge_index=edge_index, bond_features=bond_features,
+                    positional=positional_encodings(edge_index, len(atoms)), smiles=Chem.MolToSmiles(mol))
 
 
 def featurize_smiles(smiles: str) -> MolGraph:
@@ -113,7 +121,8 @@ def featurize_smiles(smiles: str) -> MolGraph:
 
 def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
     """Disjoint union of G >= 1 graphs: atom_features (N, A), edge_index (2, E) offset per graph, bond_features (E, B),
-    batch (N,) int64 graph index of each atom, graph_mask (G,) float32 ones."""
+    positional (N, P) float32, batch (N,) int64 graph index of each atom (non-decreasing), atom_mask (G, L) float32
+    (1 for the first n_g slots of molecule g, L the largest molecule), graph_mask (G,) float32 ones."""
     if not graphs:
         raise ValueError("batch_graphs needs at least one graph")
     sizes = [g.num_atoms for g in graphs]
@@ -122,6 +131,32 @@ def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
         "atom_features": np.concatenate([g.atom_features for g in graphs]),
         "edge_index": np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)], axis=1),
         "bond_features": np.concatenate([g.bond_features for g in graphs]),
+        "positional": np.concatenate([g.positional for g in graphs]).astype(np.float32).reshape(-1, POSITIONAL_SIZE),
         "batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
+        "atom_mask": (np.arange(max(sizes))[None, :] < np.array(sizes)[:, None]).astype(np.float32),
         "graph_mask": np.ones(len(graphs), dtype=np.float32),
     }
+
+
+# The model's inputs, in order (data/molecules/featurize.batch_inputs builds them; the ONNX file takes them by name).
+MODEL_INPUTS = ["atom_features", "edge_index", "bond_features", "positional", "batch", "atom_mask", "graph_mask", "tokens"]
+
+
+def encode_tokens(graphs: list[MolGraph], tokenizer: SmilesTokenizer) -> list[np.ndarray | None]:
+    """Token ids of each graph's canonical SMILES; None where it is longer than the tokenizer takes (that molecule
+    is then answered from its graph alone)."""
+    out = []
+    for g in graphs:
+        try:
+            out.append(tokenizer.encode(g.smiles))
+        except SmilesTokenError:
+            out.append(None)
+    return out
+
+
+def batch_inputs(graphs: list[MolGraph], tokens: list[np.ndarray | None]) -> dict[str, np.ndarray]:
+    """All MODEL_INPUTS of G molecules: `batch_graphs` plus tokens (G, T) int64 padded with [PAD] (0); a molecule
+    without tokens has an all-[PAD] row (graph only). graph_mask (G,) 1 marks that the graph view is present."""
+    arrays = batch_graphs(graphs)
+    arrays["tokens"] = pad_tokens(tokens)
+    return arrays

@@ -13,17 +13,21 @@ from data.molecules.config import MoleculeDataConfig
 from data.molecules.sources import SPLIT_NAMES, load_molecule_frame
 from data.molecules.split import assign_splits
 from data.molecules.standardize import clean_molecules
+from data.molecules.tokenizer import SmilesTokenizer
 
 REPORT_FILE = "report.json"
+TOKENIZER_FILE = "tokenizer.json"
 
 
 @dataclass
 class PreparedMolecules:
-    """Per split a frame (n_split rows: smiles str, target float|int); `task`; the JSON-ready report."""
+    """Per split a frame (n_split rows: smiles str, target float|int); `task`; the JSON-ready report; the SMILES
+    tokenizer built from the training split (its `to_dict()`)."""
 
     splits: dict[str, pd.DataFrame]
     task: str
     report: dict
+    tokenizer: dict | None = None
 
 
 def prepare_molecule_data(cfg: MoleculeDataConfig) -> PreparedMolecules:
@@ -43,7 +47,8 @@ def prepare_molecule_data(cfg: MoleculeDataConfig) -> PreparedMolecules:
         "sizes": {name: len(frame) for name, frame in splits.items()},
         "target_stats": {name: _target_stats(frame["target"], cfg.task) for name, frame in splits.items()},
     }
-    return PreparedMolecules(splits=splits, task=cfg.task, report=report)
+    tokenizer = SmilesTokenizer.build(splits["train"]["smiles"], cfg.max_smiles_length)
+    return PreparedMolecules(splits=splits, task=cfg.task, report=report, tokenizer=tokenizer.to_dict())
 
 
 def _check_split(name: str, frame: pd.DataFrame, cfg: MoleculeDataConfig, source: str) -> None:
@@ -71,12 +76,14 @@ def _target_stats(target: pd.Series, task: str) -> dict:
 
 
 def save_prepared(prepared: PreparedMolecules, out_dir: str | Path) -> None:
-    """Write train.csv, val.csv, test.csv (smiles,target) and report.json; same input → byte-identical files."""
+    """Write train.csv, val.csv, test.csv (smiles,target), report.json and tokenizer.json; same input → byte-identical files."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for name, frame in prepared.splits.items():
         frame[["smiles", "target"]].to_csv(out / f"{name}.csv", index=False, lineterminator="\n")
     (out / REPORT_FILE).write_text(json.dumps(prepared.report, indent=2, sort_keys=True) + "\n")
+    if prepared.tokenizer is not None:
+        (out / TOKENIZER_FILE).write_text(json.dumps(prepared.tokenizer, indent=1) + "\n")
 
 
 def load_prepared(out_dir: str | Path) -> PreparedMolecules:
@@ -88,4 +95,6 @@ def load_prepared(out_dir: str | Path) -> PreparedMolecules:
     report = json.loads((out / REPORT_FILE).read_text())
     dtype = {"smiles": str, "target": "int64" if report["task"] == "classification" else "float64"}
     splits = {name: pd.read_csv(out / f"{name}.csv", dtype=dtype, keep_default_na=False) for name in SPLIT_NAMES}
-    return PreparedMolecules(splits=splits, task=report["task"], report=report)
+    tokenizer_path = out / TOKENIZER_FILE
+    tokenizer = json.loads(tokenizer_path.read_text()) if tokenizer_path.is_file() else None
+    return PreparedMolecules(splits=splits, task=report["task"], report=report, tokenizer=tokenizer)

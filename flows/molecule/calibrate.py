@@ -5,9 +5,9 @@ from __future__ import annotations
 import mlflow
 import numpy as np
 from prefect import flow
-from scipy.stats import norm
 
 from flows.json_io import write_json
+from data.molecules.tokenizer import SmilesTokenizer
 from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
@@ -16,37 +16,38 @@ from flows.tracking import stage_run
 from models.calibration import ensemble_probability, fit_interval_scale, fit_temperature
 from models.device import pick_device
 from models.metrics import expected_calibration_error
+from models.molecule.calibration import fit_conformal_scale, nominal_coverage
 from models.molecule.training import predict_raw
 
 
 @compute_task(name="member-outputs")
-def member_outputs(members, graphs) -> np.ndarray:
+def member_outputs(members, molecules) -> np.ndarray:
     """(n, members) raw outputs."""
     device = pick_device()
-    return np.stack([predict_raw(m, graphs, device) for m in members], axis=1)
-
-
-def nominal_coverage(z: float) -> float:
-    """Share of a normal distribution within +-z standard deviations."""
-    return float(2 * norm.cdf(z) - 1)
+    return np.stack([predict_raw(m, molecules, device) for m in members], axis=1)
 
 
 @flow(name="molecule-calibrate")
 def molecule_calibrate(params_file: str = "params.yaml") -> dict:
-    """Regression: scale the ensemble spread so validation z-scores have unit variance.
-    Classification: temperature scaling on validation NLL."""
+    """Regression: scale the ensemble spread so validation z-scores have unit variance (scaled_variance) or so
+    that value +- z * uncertainty is a split-conformal interval (conformal). Classification: temperature scaling
+    on validation NLL."""
     params = load_params(params_file)
     cfg = params.molecule.calibrate
     members, state = load_ensemble(MOLECULE.finetuned)
     prepared = load_molecules()
-    raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"])))
+    tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
+    raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"]), tokenizer))
     y = targets(prepared, "val")
     if state["task"] == "regression":
         values = state["target_mean"] + state["target_std"] * raw
         mean, spread = values.mean(axis=1), values.std(axis=1)
-        scale = fit_interval_scale(y - mean, spread)
+        if cfg.method == "conformal":
+            scale = fit_conformal_scale(y - mean, spread, cfg.interval_z)
+        else:
+            scale = fit_interval_scale(y - mean, spread)
         half_width = cfg.interval_z * scale * spread
-        result = {"method": "scaled_variance", "scale": scale, "interval_z": cfg.interval_z,
+        result = {"method": cfg.method, "scale": scale, "interval_z": cfg.interval_z,
                   "nominal_coverage": nominal_coverage(cfg.interval_z),
                   "val_coverage": float(np.mean(np.abs(y - mean) <= half_width))}
     else:

@@ -8,7 +8,9 @@ import pandas as pd
 import torch
 from prefect import flow
 
-from data.molecules.featurize import FEATURIZER_VERSION, batch_graphs
+from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
+from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUTS
+from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
 from flows.params import load_params
@@ -18,12 +20,23 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, export_onnx
 from models.metrics import classification_metrics, regression_metrics
-from models.molecule.training import GRAPH_INPUTS
+from models.molecule.training import model_arrays
 from models.predictors import MoleculePredictor
 
 PARITY_TOLERANCE = 1e-4
 INPUTS = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
-          "batch": {0: "atoms"}, "graph_mask": {0: "molecules"}}
+          "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
+          "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"}}
+INPUT_DOC = {
+    "atom_features": "int64 (atoms, 7) categorical atom features",
+    "edge_index": "int64 (2, bonds) both directions of each bond, offset per molecule",
+    "bond_features": "int64 (bonds, 4) categorical bond features",
+    "positional": f"float32 (atoms, {LAPLACIAN_K + RANDOM_WALK_K}) Laplacian eigenvectors then random-walk landing probabilities",
+    "batch": "int64 (atoms,) molecule index of each atom, non-decreasing",
+    "atom_mask": "float32 (molecules, slots) 1 for the first n_atoms slots of each molecule",
+    "graph_mask": "float32 (molecules,) 1 where the graph view is used",
+    "tokens": "int64 (molecules, tokens) SMILES token ids padded with 0; an all-0 row: graph view only",
+}
 
 
 def outputs(task: str) -> list[str]:
@@ -47,16 +60,16 @@ def calibration_error(task: str, metrics: dict, card: dict) -> float:
 
 @compute_task(name="export-onnx")
 def export(model, example: dict[str, np.ndarray], task: str, opset: int) -> None:
-    tensors = {name: torch.from_numpy(example[name]) for name in GRAPH_INPUTS}
+    tensors = {name: torch.from_numpy(example[name]) for name in MODEL_INPUTS}
     export_onnx(model, tensors, INPUTS, outputs(task), MOLECULE.onnx, opset)
 
 
 @compute_task(name="parity-check")
-def parity(model, predictor: MoleculePredictor, graphs, smiles: list[str]) -> float:
+def parity(model, predictor: MoleculePredictor, molecules, smiles: list[str]) -> float:
     """Max |ONNX Runtime - PyTorch| over the outputs; raises when above the tolerance."""
-    arrays = batch_graphs(graphs)
+    arrays = model_arrays(molecules)
     with torch.no_grad():
-        expected = model(*(torch.from_numpy(arrays[name]) for name in GRAPH_INPUTS))
+        expected = model(*(torch.from_numpy(arrays[name]) for name in MODEL_INPUTS))
     got = predictor.predict(smiles)
     diff = max(float(np.abs(got[key] - e.numpy()).max()) for key, e in zip(["prediction", "uncertainty"], expected))
     if not diff <= PARITY_TOLERANCE:
@@ -76,15 +89,18 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     else:
         model = CalibratedClassifierEnsemble(members, calibration["temperature"])
     prepared = load_molecules()
+    tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     val_smiles = list(prepared.splits["val"]["smiles"][:64])
-    val_graphs = featurize(val_smiles)
-    export(model.eval(), batch_graphs(val_graphs[:4]), task, params.molecule.export.opset)
+    val_data = featurize(val_smiles, tokenizer)
+    export(model.eval(), model_arrays(val_data.subset(range(min(4, len(val_data))))), task,
+           params.molecule.export.opset)
 
     card = {"family": "molecule", "task": task, "featurizer_version": FEATURIZER_VERSION,
+            "tokenizer": tokenizer.to_dict(), "model": state["model"],
             "calibration": calibration, "ensemble_size": len(members), "outputs": outputs(task),
-            "inputs": {name: "see data/molecules/featurize.batch_graphs" for name in GRAPH_INPUTS}}
+            "inputs": INPUT_DOC}
     predictor = MoleculePredictor(MOLECULE.onnx, card, prefer_cuda=False)
-    max_diff = parity(model, predictor, val_graphs, val_smiles)
+    max_diff = parity(model, predictor, val_data, val_smiles)
     test = prepared.splits["test"]
     out = predictor.predict(list(test["smiles"]))
     y = targets(prepared, "test")

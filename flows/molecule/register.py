@@ -12,11 +12,13 @@ from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
 from prefect import flow
 
+from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES
 from flows import plots
 from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import load_molecules
 from flows.molecule.export import outputs, test_metrics
+from flows.molecule.plots import roc_curves
 from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.registry import register_and_gate
@@ -26,12 +28,14 @@ from models.predictors import MoleculePredictor
 
 
 def signature(task: str, n_atom_features: int, n_bond_features: int) -> ModelSignature:
-    """Dynamic numbers of atoms, bonds and molecules."""
+    """Dynamic numbers of atoms, bonds, molecules, atom slots and SMILES tokens."""
     i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
     return ModelSignature(
         inputs=Schema([TensorSpec(i64, (-1, n_atom_features), "atom_features"), TensorSpec(i64, (2, -1), "edge_index"),
-                       TensorSpec(i64, (-1, n_bond_features), "bond_features"), TensorSpec(i64, (-1,), "batch"),
-                       TensorSpec(f32, (-1,), "graph_mask")]),
+                       TensorSpec(i64, (-1, n_bond_features), "bond_features"),
+                       TensorSpec(f32, (-1, POSITIONAL_SIZE), "positional"), TensorSpec(i64, (-1,), "batch"),
+                       TensorSpec(f32, (-1, -1), "atom_mask"), TensorSpec(f32, (-1,), "graph_mask"),
+                       TensorSpec(i64, (-1, -1), "tokens")]),
         outputs=Schema([TensorSpec(f32, (-1,), name) for name in outputs(task)]),
     )
 
@@ -66,6 +70,8 @@ def molecule_register(params_file: str = "params.yaml") -> dict:
                        baseline["name"]: np.asarray(baseline["test_prediction"])}
         draw = plots.parity_plot if card["task"] == "regression" else plots.reliability_diagram
         mlflow.log_artifact(str(draw(y, predictions, MOLECULE.plots / "test_performance.png")))
+        if card["task"] == "classification":  # reliability above; ROC too (logged, not a DVC plot)
+            mlflow.log_artifact(str(roc_curves(y, predictions, MOLECULE.plots / "roc_test.png")))
     summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
     write_json(MOLECULE.metrics, summary)
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"

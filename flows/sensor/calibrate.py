@@ -1,4 +1,5 @@
-"""Stage `sensor_calibrate`: temperature scaling and the alert threshold, both fitted on validation."""
+"""Stage `sensor_calibrate`: temperature scaling or isotonic regression (the better by cross-fitted
+validation NLL) and the alert threshold, all fitted on validation."""
 
 from __future__ import annotations
 
@@ -13,7 +14,13 @@ from flows.paths import SENSOR
 from flows.sensor.artifacts import load_ensemble, load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.calibration import choose_threshold, ensemble_probability, fit_temperature
+from models.calibration import (
+    binary_nll,
+    calibrated_probability,
+    choose_threshold,
+    ensemble_probability,
+    select_calibration,
+)
 from models.device import pick_device
 from models.metrics import expected_calibration_error
 from models.sensor.training import predict_logits
@@ -28,31 +35,35 @@ def member_logits(members, features: np.ndarray) -> np.ndarray:
 
 @flow(name="sensor-calibrate")
 def sensor_calibrate(params_file: str = "params.yaml") -> dict:
-    """Fit the temperature on validation NLL and pick the alert threshold for `target_precision`."""
+    """Choose and fit the calibration on validation and pick the alert threshold for `target_precision`."""
     params = load_params(params_file)
     cfg = params.sensor.calibrate
     members, featurizer, _ = load_ensemble(SENSOR.finetuned)
     val = load_windows().windows["val"]
     logits = member_logits(members, featurizer.transform(val.X))
-    temperature = fit_temperature(logits, val.y)
-    before, after = ensemble_probability(logits), ensemble_probability(logits, temperature)
+    calibration, cv_nll = select_calibration(logits, val.y, val.unit, cfg.methods)
+    before, after = ensemble_probability(logits), calibrated_probability(logits, calibration)
     threshold = choose_threshold(val.y, after, cfg.target_precision)
     result = {
-        "method": "temperature",
-        "temperature": temperature,
+        **calibration,
         "threshold": threshold,
         "target_precision": cfg.target_precision,
+        "cv_nll": cv_nll,
+        "val_nll_before": binary_nll(val.y, before),
+        "val_nll_after": binary_nll(val.y, after),
         "val_ece_before": expected_calibration_error(val.y, before),
         "val_ece_after": expected_calibration_error(val.y, after),
     }
     write_json(SENSOR.calibration, result)
     with stage_run(params.tracking, "sensor", "calibrate", {"calibrate": cfg.model_dump()}, {"sensor": SENSOR.prepared}):
+        mlflow.set_tag("calibration_method", calibration["method"])
         mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
+        mlflow.log_metrics({f"cv_nll_{k}": v for k, v in cv_nll.items()})
         figure = plots.reliability_diagram(
-            val.y, {"before": before, "after temperature": after}, SENSOR.plots / "reliability_val.png"
+            val.y, {"before": before, f"after {calibration['method']}": after}, SENSOR.plots / "reliability_val.png"
         )
         mlflow.log_artifact(str(figure))
-    print(f"sensor calibration: T={temperature:.3f}, threshold={threshold:.3f}, "
+    print(f"sensor calibration: {calibration['method']} (cross-fitted NLL {cv_nll}), threshold={threshold:.3f}, "
           f"validation ECE {result['val_ece_before']:.4f} -> {result['val_ece_after']:.4f}")
     return result
 

@@ -1,4 +1,7 @@
-"""Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test."""
+"""Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test.
+
+The calibration (temperature or the isotonic piecewise-linear map) is part of the ONNX graph, so
+SensorPredictor, evaluation and serving all read calibrated probabilities from the same graph."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ from flows.registry import sha256_file
 from flows.sensor.artifacts import load_ensemble, load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.export import CalibratedClassifierEnsemble, export_onnx
+from models.export import export_onnx
 from models.metrics import classification_metrics
 from models.predictors import SensorPredictor
+from models.sensor.calibrated import calibrated_ensemble
 
 PARITY_TOLERANCE = 1e-4
 INPUTS = {"features": {0: "batch", 2: "time"}}
@@ -25,12 +29,12 @@ OUTPUTS = ["probability", "uncertainty"]
 
 
 @compute_task(name="export-onnx")
-def export(model: CalibratedClassifierEnsemble, example: np.ndarray, opset: int) -> None:
+def export(model: torch.nn.Module, example: np.ndarray, opset: int) -> None:
     export_onnx(model, {"features": torch.from_numpy(example)}, INPUTS, OUTPUTS, SENSOR.onnx, opset)
 
 
 @compute_task(name="parity-check")
-def parity(model: CalibratedClassifierEnsemble, predictor: SensorPredictor, windows: np.ndarray) -> float:
+def parity(model: torch.nn.Module, predictor: SensorPredictor, windows: np.ndarray) -> float:
     """Max |ONNX Runtime - PyTorch| over the outputs; raises when above the tolerance."""
     with torch.no_grad():
         expected = model(torch.from_numpy(predictor.featurizer.transform(windows)))
@@ -47,7 +51,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     params = load_params(params_file)
     members, featurizer, _ = load_ensemble(SENSOR.finetuned)
     calibration = read_json(SENSOR.calibration)
-    model = CalibratedClassifierEnsemble(members, calibration["temperature"]).eval()
+    model = calibrated_ensemble(members, calibration).eval()  # calibration (temperature or isotonic) inside the graph
     prepared = load_windows()
     val, test = prepared.windows["val"], prepared.windows["test"]
     export(model, featurizer.transform(val.X[:8]), params.sensor.export.opset)
@@ -60,6 +64,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
         "horizon": int(prepared.report["horizon"]),
         "featurizer": featurizer.to_dict(),
         "calibration": calibration,
+        "calibration_method": calibration.get("method", "temperature"),
         "threshold": calibration["threshold"],
         "ensemble_size": len(members),
         "inputs": {"features": "(batch, 2 * channels, time) float32 from WindowFeaturizer"},

@@ -1,6 +1,12 @@
-"""Stage `sensor_finetune`: train the ensemble members on labelled windows, from the pretrained encoder."""
+"""Stage `sensor_finetune`: train the ensemble members on labelled windows, from the pretrained encoder.
+
+Each member checkpoints every epoch under artifacts/sensor/checkpoints/; a killed stage resumes from
+there when rerun with the same data and settings; the checkpoints are removed once the ensemble is saved.
+"""
 
 from __future__ import annotations
+
+import shutil
 
 import mlflow
 import numpy as np
@@ -19,8 +25,9 @@ from models.sensor.training import finetune_member
 
 
 @compute_task(name="finetune-member", task_run_name="finetune-member-{seed}")
-def train_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed: int):
-    return finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed, pick_device())
+def train_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed: int, checkpoint=None):
+    return finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed, pick_device(),
+                           checkpoint=checkpoint)
 
 
 @flow(name="sensor-finetune")
@@ -35,13 +42,17 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
     encoder_state = None
     if cfg.finetune.use_pretrained:
         encoder_state = torch.load(SENSOR.pretrained, map_location="cpu", weights_only=False)["encoder"]
+    checkpoints = SENSOR.artifacts / "checkpoints"
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
         mlflow.set_tag("started_from_pretrained", str(encoder_state is not None))
         members, histories = [], []
         for index in range(cfg.finetune.ensemble_size):
             seed = cfg.finetune.seed + index
-            member, result = train_member(train_x, train.y, val_x, val.y, cfg.model, cfg.finetune, encoder_state, seed)
+            member, result = train_member(train_x, train.y, val_x, val.y, cfg.model, cfg.finetune, encoder_state, seed,
+                                          checkpoints / f"member{index}.pt")
+            if result.resumed_from is not None:
+                print(f"member {index} resumed after epoch {result.resumed_from} from its checkpoint")
             members.append(member)
             histories.append(result.history)
             for record in result.history:
@@ -49,6 +60,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
                 mlflow.log_metric(f"member{index}_val_pr_auc", record["val_score"], step=record["epoch"])
             mlflow.log_metric(f"member{index}_best_val_pr_auc", result.best_score)
         save_ensemble(SENSOR.finetuned, members, cfg.model, featurizer, histories)
+        shutil.rmtree(checkpoints, ignore_errors=True)
         figure = plots.training_curves(
             {f"member {i}": h for i, h in enumerate(histories)}, SENSOR.plots / "training_curves.png", "PR-AUC"
         )

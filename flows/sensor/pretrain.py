@@ -1,4 +1,5 @@
-"""Stage `sensor_pretrain`: self-supervised masked reconstruction on unlabelled windows (train + val)."""
+"""Stage `sensor_pretrain`: self-supervised masked reconstruction + SimCLR contrastive learning on unlabelled
+windows (train + val, never test); the encoder is a DVC output and an MLflow artifact."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from models.device import pick_device
 from models.sensor.training import pretrain_encoder
 
 
-@compute_task(name="masked-reconstruction")
+@compute_task(name="self-supervised-pretraining")
 def pretrain(features: np.ndarray, model_cfg, cfg):
     return pretrain_encoder(features, model_cfg, cfg, pick_device())
 
@@ -39,8 +40,10 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
         unlabelled = np.concatenate([prepared.windows[name].X for name in ("train", "val")])
         encoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
         for record in result.history:
-            mlflow.log_metric("reconstruction_loss", record["train_loss"], step=record["epoch"])
-        torch.save({"encoder": encoder.state_dict(), "history": result.history}, SENSOR.pretrained)
+            mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
+        torch.save({"encoder": encoder.state_dict(), "model": cfg.model.model_dump(), "history": result.history},
+                   SENSOR.pretrained)
+        mlflow.log_artifact(str(SENSOR.pretrained))
         print(f"sensor encoder pretrained on {len(unlabelled)} windows; final loss {result.history[-1]['train_loss']:.4f}")
 
 

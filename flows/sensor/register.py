@@ -55,12 +55,17 @@ def sensor_register(params_file: str = "params.yaml") -> dict:
         outcome = register(params, card, test)
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
+        others = baseline.get("baselines", [baseline])
+        for other in others:
+            mlflow.log_metrics({f"baseline_{other['name']}_test_{k}": v for k, v in other["test"].items()})
         model_probability = np.loadtxt(SENSOR.predictions, delimiter=",", skiprows=1, usecols=3, ndmin=1)
         figure = plots.pr_curves(test.y, {"ensemble (ours)": model_probability,
-                                          baseline["name"]: np.asarray(baseline["test_probability"])},
+                                          **{o["name"]: np.asarray(o["test_probability"]) for o in others}},
                                  SENSOR.plots / "pr_curve_test.png")
         mlflow.log_artifact(str(figure))
-    summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
+    # `baseline`: HistGradientBoosting (what the summary table shows); `baselines`: every baseline of the run
+    summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]},
+               "baselines": {o["name"]: o["test"] for o in others}, **outcome}
     write_json(SENSOR.metrics, summary)
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"
     print(f"sensor model version {outcome['registered_version']} {verdict}: {'; '.join(outcome['reasons'])}")

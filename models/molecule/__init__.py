@@ -1,1 +1,1 @@
-"""Molecular property model: graph encoder, heads and the masked-atom objective."""
+"""Molecular property model: graph (GINE) and SMILES (transformer) encoders, cross-attention, gated fusion, pretraining objectives."""

@@ -1,84 +1,192 @@
-"""Pretraining and fine-tuning of the molecule model on featurised graphs (data/molecules/featurize.py)."""
+"""Pretraining and fine-tuning of the molecule model on featurised molecules (data/molecules/featurize.py).
+
+A molecule is a MolGraph plus the token ids of its canonical SMILES (None: over-long, graph view only).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MolGraph, batch_graphs
+from data.molecules.encodings import random_sign_flip
+from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MODEL_INPUTS, MolGraph, batch_inputs
+from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID
 from models.batching import index_batches
-from models.config import FinetuneConfig, PretrainConfig
-from models.molecule.config import MoleculeModelConfig
-from models.molecule.network import MaskedAtomPrediction, MoleculeEncoder, MoleculeNet
+from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
+from models.molecule.network import MoleculeNet, MoleculePretrainer
 from models.training import TrainResult, train
 
-GRAPH_INPUTS = ["atom_features", "edge_index", "bond_features", "batch", "graph_mask"]
+GRAPH_INPUTS = MODEL_INPUTS  # kept for callers of the first version; the model now takes all MODEL_INPUTS
 
 
-def graph_tensors(graphs: list[MolGraph], device: torch.device) -> list[torch.Tensor]:
-    """Disjoint-union batch of `graphs` as tensors, in GRAPH_INPUTS order."""
-    arrays = batch_graphs(graphs)
-    return [torch.from_numpy(arrays[name]).to(device) for name in GRAPH_INPUTS]
+@dataclass
+class Molecules:
+    """Featurised molecules: graphs (n,) and their SMILES token ids (n,), None where there is no SMILES view."""
+
+    graphs: list[MolGraph]
+    tokens: list[np.ndarray | None]
+
+    def __len__(self) -> int:
+        return len(self.graphs)
+
+    def subset(self, idx) -> Molecules:
+        return Molecules([self.graphs[i] for i in idx], [self.tokens[i] for i in idx])
 
 
-def pretrain_encoder(
-    graphs: list[MolGraph], model_cfg: MoleculeModelConfig, cfg: PretrainConfig, device: torch.device
-) -> tuple[MoleculeEncoder, TrainResult]:
-    """Masked atom (element) prediction on unlabelled molecules."""
+def bucketed_batches(molecules: Molecules, batch_size: int, seed: int, bucket: int = 8):
+    """Shuffled index batches (like models.batching.index_batches) whose members have similar SMILES lengths:
+    a seeded permutation cut into chunks of `bucket` batches, each chunk sorted by token count and cut into
+    batches, the batches then shuffled. Less padding for the attention layers; every molecule once per epoch."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(molecules))
+    lengths = np.array([0 if t is None else len(t) for t in molecules.tokens])
+    batches = []
+    for start in range(0, len(order), batch_size * bucket):
+        chunk = order[start : start + batch_size * bucket]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    for i in rng.permutation(len(batches)):
+        yield batches[i]
+
+
+def single_thread_on_cpu(device: torch.device) -> None:
+    """One intra-op thread on the CPU: these small kernels gain little from more, and lose a lot (10x measured on
+    2 cores) when other processes compete for the cores."""
+    if device.type == "cpu":
+        torch.set_num_threads(1)
+
+
+def build_model(vocab_size: int, max_length: int, cfg: MoleculeModelConfig) -> MoleculeNet:
+    return MoleculeNet(ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, vocab_size, max_length, cfg)
+
+
+def model_arrays(molecules: Molecules, rng: np.random.Generator | None = None, sign_flip: bool = False,
+                 modality_dropout: float = 0.0) -> dict[str, np.ndarray]:
+    """MODEL_INPUTS arrays of a batch; with `rng`, training augmentation: random Laplacian signs and, per molecule,
+    hiding the graph or the SMILES view (never both) with probability `modality_dropout` each."""
+    tokens = list(molecules.tokens)
+    hide_graph = np.zeros(len(molecules), dtype=bool)
+    if rng is not None and modality_dropout > 0:
+        draw = rng.random(len(molecules))
+        hide_graph = draw < modality_dropout
+        hide_smiles = (draw >= modality_dropout) & (draw < 2 * modality_dropout)
+        tokens = [None if hide else t for t, hide in zip(tokens, hide_smiles)]
+        hide_graph &= np.array([t is not None for t in tokens])  # keep at least one view
+    arrays = batch_inputs(molecules.graphs, tokens)
+    arrays["graph_mask"][hide_graph] = 0.0
+    if rng is not None and sign_flip:
+        arrays["positional"] = random_sign_flip(arrays["positional"], arrays["batch"], len(molecules), rng)
+    return arrays
+
+
+def tensors(arrays: dict[str, np.ndarray], device: torch.device) -> list[torch.Tensor]:
+    return [torch.from_numpy(arrays[name]).to(device) for name in MODEL_INPUTS]
+
+
+def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model_cfg: MoleculeModelConfig,
+                   cfg: MoleculePretrainConfig, device: torch.device) -> tuple[MoleculeNet, TrainResult]:
+    """Masked atoms + masked tokens + InfoNCE alignment of the graph and SMILES views (see MoleculePretrainer).
+    Returns the model whose graph and SMILES encoders are pretrained (cross-attention, gate and head are not)."""
+    single_thread_on_cpu(device)
     torch.manual_seed(cfg.seed)
-    encoder = MoleculeEncoder(ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, model_cfg)
-    objective = MaskedAtomPrediction(encoder, ATOM_FEATURE_SIZES[0], model_cfg.hidden)
-    generator = torch.Generator().manual_seed(cfg.seed)
+    model = build_model(vocab_size, max_length, model_cfg)
+    objective = MoleculePretrainer(model, ATOM_FEATURE_SIZES[0], vocab_size, model_cfg.hidden,
+                                   cfg.contrastive_weight, cfg.temperature)
+    rng = np.random.default_rng(cfg.seed)
+    with_tokens = molecules.subset([i for i, t in enumerate(molecules.tokens) if t is not None])
+    if not len(with_tokens):
+        raise ValueError("pretraining needs molecules whose SMILES fit the tokenizer")
 
     def batches(epoch: int):
-        for idx in index_batches(len(graphs), cfg.batch_size, cfg.seed + epoch):
-            atoms, edges, bonds, _, _ = graph_tensors([graphs[i] for i in idx], device)
-            hidden = torch.rand(len(atoms), generator=generator) < cfg.mask_ratio
-            hidden[torch.randint(len(atoms), (1,), generator=generator)] = True
-            yield atoms, edges, bonds, hidden.to(device)
+        for idx in bucketed_batches(with_tokens, cfg.batch_size, cfg.seed + epoch):
+            arrays = model_arrays(with_tokens.subset(idx), rng, sign_flip=True)
+            n_atoms, tokens = len(arrays["batch"]), arrays["tokens"]
+            hidden_atoms = rng.random(n_atoms) < cfg.mask_ratio
+            hidden_atoms[rng.integers(n_atoms)] = True
+            maskable = (tokens != PAD_ID) & (tokens != CLS_ID) & (tokens != SEP_ID)
+            hidden_tokens = maskable & (rng.random(tokens.shape) < cfg.token_mask_ratio)
+            rows, cols = np.nonzero(maskable)
+            pick = rng.integers(len(rows))
+            hidden_tokens[rows[pick], cols[pick]] = True
+            yield (*tensors(arrays, device), torch.from_numpy(hidden_atoms).to(device),
+                   torch.from_numpy(hidden_tokens).to(device))
 
-    result = train(objective, batches, lambda model, batch: model(*batch), None,
-                   epochs=cfg.epochs, lr=cfg.lr, device=device, desc="pretrain molecule")
-    return encoder.cpu(), result
+    def step(net, batch):
+        total, parts = net(*batch)
+        return total
+
+    result = train(objective, batches, step, None, epochs=cfg.epochs, lr=cfg.lr, device=device,
+                   desc="pretrain molecule")
+    return model.cpu(), result
 
 
 @torch.no_grad()
-def predict_raw(model: MoleculeNet, graphs: list[MolGraph], device: torch.device, batch_size: int = 256) -> np.ndarray:
+def predict_raw(model: MoleculeNet, molecules: Molecules, device: torch.device, batch_size: int = 256) -> np.ndarray:
     """Raw outputs (n,): standardised values or logits, in eval mode."""
     model.eval().to(device)
-    out = [model(*graph_tensors([graphs[i] for i in idx], device)).float().cpu()
-           for idx in index_batches(len(graphs), batch_size, None)]
-    return torch.cat(out).numpy()
+    order = np.argsort([0 if t is None else len(t) for t in molecules.tokens], kind="stable")  # less padding
+    out = np.empty(len(molecules), dtype=np.float32)
+    for idx in index_batches(len(molecules), batch_size, None):
+        rows = order[idx]
+        out[rows] = model(*tensors(model_arrays(molecules.subset(rows)), device)).float().cpu().numpy()
+    return out
+
+
+def focal_loss(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Binary focal loss: BCE weighted by (1 - p_true) ** gamma (gamma 0: BCE)."""
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
+    p_true = torch.exp(-bce)
+    return ((1 - p_true) ** gamma * bce).mean()
+
+
+def loss_function(task: str, cfg: MoleculeFinetuneConfig):
+    """(raw outputs, targets) -> scalar loss per `cfg` (regression: mse|huber, classification: bce|focal)."""
+    F = torch.nn.functional
+    if task == "regression":
+        if cfg.regression_loss == "huber":
+            return lambda out, y: F.huber_loss(out, y, delta=cfg.huber_delta)
+        return F.mse_loss
+    if cfg.classification_loss == "focal":
+        return lambda out, y: focal_loss(out, y, cfg.focal_gamma)
+    return F.binary_cross_entropy_with_logits
 
 
 def finetune_member(
-    train_graphs: list[MolGraph],
+    train_data: Molecules,
     train_y: np.ndarray,
-    val_graphs: list[MolGraph],
+    val_data: Molecules,
     val_y: np.ndarray,
     task: str,
     model_cfg: MoleculeModelConfig,
-    cfg: FinetuneConfig,
-    encoder_state: dict | None,
+    cfg: MoleculeFinetuneConfig,
+    pretrained_state: dict | None,
+    vocab_size: int,
+    max_length: int,
     seed: int,
     device: torch.device,
 ) -> tuple[MoleculeNet, TrainResult]:
-    """One member. Regression: MSE on standardised targets (y given standardised), early stopping on
-    validation -RMSE. Classification: BCE, early stopping on validation ROC-AUC."""
+    """One member. Regression on standardised targets (y given standardised), early stopping on validation -RMSE.
+    Classification: early stopping on validation ROC-AUC. `pretrained_state`: a pretrained MoleculeNet state_dict."""
+    single_thread_on_cpu(device)
     torch.manual_seed(seed)
-    model = MoleculeNet(ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, model_cfg)
-    if encoder_state is not None:
-        model.encoder.load_state_dict(encoder_state)
+    model = build_model(vocab_size, max_length, model_cfg)
+    if pretrained_state is not None:
+        model.load_state_dict(pretrained_state)
     targets = torch.from_numpy(np.asarray(train_y, dtype=np.float32))
-    loss_fn = torch.nn.functional.mse_loss if task == "regression" else torch.nn.functional.binary_cross_entropy_with_logits
+    loss_fn = loss_function(task, cfg)
+    rng = np.random.default_rng(seed)
+    dropout = cfg.modality_dropout if model_cfg.modalities == "fused" else 0.0
 
     def batches(epoch: int):
-        for idx in index_batches(len(train_graphs), cfg.batch_size, seed * 1000 + epoch):
-            yield graph_tensors([train_graphs[i] for i in idx], device), targets[idx].to(device)
+        for idx in bucketed_batches(train_data, cfg.batch_size, seed * 1000 + epoch):
+            arrays = model_arrays(train_data.subset(idx), rng, cfg.sign_flip, dropout)
+            yield tensors(arrays, device), targets[idx].to(device)
 
     def validate(net) -> float:
-        raw = predict_raw(net, val_graphs, device)
+        raw = predict_raw(net, val_data, device)
         if task == "regression":
             return -float(np.sqrt(np.mean((raw - val_y) ** 2)))
         return float(roc_auc_score(val_y, raw))

@@ -1,22 +1,103 @@
-"""The `sensor.model` and `sensor.calibrate` sections of params.yaml."""
+"""The sensor sections of params.yaml that belong to the model: `sensor.model`, `sensor.pretrain`,
+`sensor.finetune`, `sensor.calibrate` and `sensor.baseline`."""
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
 
 from data.config import StrictModel
+from models.config import FinetuneConfig, PretrainConfig
+
+LOSS_NAMES = ("bce", "focal", "gce", "sce")
 
 
 class SensorModelConfig(StrictModel):
-    """Sizes of the sensor encoder."""
+    """Sizes of the sensor encoder: conv stem -> TCN blocks -> transformer layers -> pooled embedding (2 * hidden)."""
 
     hidden: int = Field(32, ge=4)
-    layers: int = Field(3, ge=1, description="dilated convolution blocks")
+    layers: int = Field(3, ge=1, description="dilated causal convolution (TCN) blocks")
     kernel_size: int = Field(3, ge=2)
     dropout: float = Field(0.1, ge=0, lt=1)
+    attention_layers: int = Field(1, ge=0, description="transformer encoder layers after the TCN (0: none)")
+    heads: int = Field(2, ge=1, description="attention heads; must divide hidden")
+    ff_multiplier: int = Field(2, ge=1, description="transformer feed-forward width = ff_multiplier * hidden")
+    projection: int = Field(32, ge=2, description="size of the contrastive projection head's output")
+
+    @model_validator(mode="after")
+    def _heads_divide_hidden(self) -> "SensorModelConfig":
+        if self.attention_layers and (self.hidden % self.heads or self.hidden % 2):
+            raise ValueError(f"hidden ({self.hidden}) must be even and divisible by heads ({self.heads})")
+        return self
+
+
+class SensorPretrainConfig(PretrainConfig):
+    """Self-supervised pretraining: masked reconstruction plus SimCLR (NT-Xent) on augmented views."""
+
+    contrastive_weight: float = Field(1.0, ge=0, description="weight of NT-Xent next to masked reconstruction (0: off)")
+    reconstruction_weight: float = Field(1.0, ge=0, description="weight of masked reconstruction (0: off)")
+    temperature: float = Field(0.2, gt=0, description="NT-Xent temperature")
+    augmentations: list[Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]] = Field(
+        default_factory=lambda: ["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"],
+        description="each applied with probability augment_probability to each view",
+    )
+    augment_probability: float = Field(0.5, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _some_objective(self) -> "SensorPretrainConfig":
+        if self.contrastive_weight == 0 and self.reconstruction_weight == 0:
+            raise ValueError("contrastive_weight and reconstruction_weight cannot both be 0")
+        return self
+
+
+class LossConfig(StrictModel):
+    """Fine-tuning loss: a weighted sum of terms (see models/losses.py)."""
+
+    terms: dict[str, float] = Field(default_factory=lambda: {"bce": 1.0},
+                                    description="loss name -> weight; names: bce, focal, gce, sce")
+    focal_gamma: float = Field(2.0, ge=0)
+    focal_alpha: float | None = Field(None, gt=0, lt=1, description="weight of positives in focal loss (None: 1 for both)")
+    gce_q: float = Field(0.7, gt=0, le=1, description="generalized cross entropy exponent (q -> 0: CE, q = 1: MAE)")
+    sce_alpha: float = Field(0.1, ge=0, description="symmetric CE: weight of cross entropy")
+    sce_beta: float = Field(1.0, ge=0, description="symmetric CE: weight of reverse cross entropy")
+
+    @field_validator("terms")
+    @classmethod
+    def _known_terms(cls, terms: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(terms) - set(LOSS_NAMES))
+        if unknown or not terms:
+            raise ValueError(f"loss terms must be a non-empty subset of {list(LOSS_NAMES)}; unknown: {unknown}")
+        if any(w < 0 for w in terms.values()) or sum(terms.values()) <= 0:
+            raise ValueError("loss weights must be >= 0 with a positive sum")
+        return terms
+
+
+class SensorFinetuneConfig(FinetuneConfig):
+    """Supervised fine-tuning for noisy, imbalanced labels."""
+
+    loss: LossConfig = Field(default_factory=LossConfig)
+    sampling: Literal["none", "balanced", "weighted"] = Field(
+        "none", description="balanced: class-aware batches (prior shift, corrected by calibration); weighted: inverse-frequency loss weights")
+    mixup_alpha: float = Field(0.0, ge=0, description="time-series mixup Beta(alpha, alpha) (0: off)")
+    small_loss_drop: float = Field(0.0, ge=0, lt=1, description="small-loss curriculum: drop this share of the largest per-sample losses (0: off)")
+    small_loss_warmup: int = Field(1, ge=0, description="epochs before the drop rate reaches small_loss_drop (linear ramp)")
+    checkpoint: bool = Field(True, description="checkpoint every epoch; a killed run resumes from the last one")
 
 
 class SensorCalibrateConfig(StrictModel):
     """Calibration and the alert operating point, both fitted on validation."""
 
     target_precision: float = Field(0.8, gt=0, le=1, description="alert threshold: lowest with this validation precision")
+    methods: list[Literal["temperature", "isotonic"]] = Field(
+        default_factory=lambda: ["temperature", "isotonic"],
+        description="candidates; the one with the lowest cross-validated validation NLL is kept")
+
+
+class SensorBaselineConfig(StrictModel):
+    """Baselines trained in the same run: HistGradientBoosting on summaries (always) and MiniRocket."""
+
+    minirocket: bool = True
+    minirocket_features: int = Field(10_000, ge=84, description="MiniRocket features (multiple of 84 used)")
+    cv_folds: int = Field(3, ge=2, description="grouped (by unit) CV folds choosing the logistic regression C")
+    c_grid: list[float] = Field(default_factory=lambda: [1e-4, 1e-3, 1e-2, 1e-1, 1.0], min_length=1)

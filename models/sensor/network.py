@@ -1,75 +1,36 @@
 """Sensor encoder and heads. Input (batch, 2C, time): C standardised channels then C observed-masks
-(see data/sensors/featurize.py), so missing values never reach the network as NaN."""
+(see data/sensors/featurize.py), so missing values never reach the network as NaN.
+
+One idea per module: norm.py (StepNorm), tcn.py (CausalConvBlock), positional.py, attention.py,
+heads.py, encoder.py (SensorEncoder); this module assembles the classifier and the pretraining models.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from models.losses import nt_xent
 from models.sensor.config import SensorModelConfig
+from models.sensor.encoder import SensorEncoder
+from models.sensor.heads import ClassificationHead, ProjectionHead
+from models.sensor.norm import StepNorm
+from models.sensor.tcn import CausalConvBlock
 
-
-class StepNorm(nn.Module):
-    """LayerNorm over channels at each time step: independent of the batch and of other steps.
-
-    (B, H, T) -> (B, H, T)
-    """
-
-    def __init__(self, hidden: int):
-        super().__init__()
-        self.norm = nn.LayerNorm(hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.norm(x.transpose(1, 2)).transpose(1, 2)
-
-
-class CausalConvBlock(nn.Module):
-    """Dilated causal convolution with a residual connection and per-step normalisation.
-
-    (B, H, T) -> (B, H, T); step t sees only steps <= t.
-    """
-
-    def __init__(self, hidden: int, kernel_size: int, dilation: int, dropout: float):
-        super().__init__()
-        self.pad = (kernel_size - 1) * dilation
-        self.conv = nn.Conv1d(hidden, hidden, kernel_size, dilation=dilation)
-        self.norm = StepNorm(hidden)
-        self.drop = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv(nn.functional.pad(x, (self.pad, 0)))
-        return x + self.drop(torch.relu(self.norm(h)))
-
-
-class SensorEncoder(nn.Module):
-    """(B, 2C, T) -> per-step features (B, H, T) via `sequence`; embedding (B, 2H) via `forward`:
-    the mean over time next to the last (most recent) step."""
-
-    def __init__(self, in_channels: int, cfg: SensorModelConfig):
-        super().__init__()
-        self.stem = nn.Conv1d(in_channels, cfg.hidden, cfg.kernel_size, padding="same")
-        self.blocks = nn.Sequential(
-            *[CausalConvBlock(cfg.hidden, cfg.kernel_size, 2**i, cfg.dropout) for i in range(cfg.layers)]
-        )
-
-    def sequence(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(torch.relu(self.stem(x)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.sequence(x)
-        return torch.cat([h.mean(dim=-1), h[..., -1]], dim=-1)
+__all__ = ["CausalConvBlock", "StepNorm", "SensorEncoder", "SensorClassifier", "MaskedReconstruction",
+           "ContrastiveModel", "random_spans"]
 
 
 class SensorClassifier(nn.Module):
-    """Encoder + linear head: (B, 2C, T) -> failure logits (B,)."""
+    """Encoder + classification head: (B, 2C, T) -> failure logits (B,)."""
 
     def __init__(self, in_channels: int, cfg: SensorModelConfig):
         super().__init__()
         self.encoder = SensorEncoder(in_channels, cfg)
-        self.head = nn.Sequential(nn.Dropout(cfg.dropout), nn.Linear(2 * cfg.hidden, 1))
+        self.head = ClassificationHead(self.encoder.embedding_size, cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x)).squeeze(-1)
+        return self.head(self.encoder(x))
 
 
 class MaskedReconstruction(nn.Module):
@@ -92,6 +53,20 @@ class MaskedReconstruction(nn.Module):
         target_mask = hidden.unsqueeze(1) & (x[:, c:] > 0.5)
         err = (recon - x[:, :c]) ** 2
         return (err * target_mask).sum() / target_mask.sum().clamp(min=1)
+
+
+class ContrastiveModel(nn.Module):
+    """SimCLR: encoder + projection head; forward(view_a, view_b (B, 2C, T)) -> NT-Xent loss."""
+
+    def __init__(self, encoder: SensorEncoder, cfg: SensorModelConfig, temperature: float):
+        super().__init__()
+        self.encoder = encoder
+        self.projection = ProjectionHead(encoder.embedding_size, cfg.hidden, cfg.projection)
+        self.temperature = temperature
+
+    def forward(self, view_a: torch.Tensor, view_b: torch.Tensor) -> torch.Tensor:
+        z = self.projection(self.encoder(torch.cat([view_a, view_b])))
+        return nt_xent(z[: len(view_a)], z[len(view_a):], self.temperature)
 
 
 def random_spans(batch: int, length: int, ratio: float, span: int, generator: torch.Generator) -> torch.Tensor:

@@ -1,35 +1,70 @@
-"""Pretraining and fine-tuning of the sensor model on featurised windows (n, 2C, T)."""
+"""Pretraining and fine-tuning of the sensor model on featurised windows (n, 2C, T).
+
+Pretraining (train + validation windows, never test): masked reconstruction of hidden spans plus
+SimCLR NT-Xent between two augmented views (data/sensors/augment.py). Fine-tuning: a configurable
+robust loss (models/losses.py), class-aware sampling or inverse-frequency weights, time-series mixup,
+a small-loss curriculum, early stopping on validation PR-AUC and a checkpoint every epoch.
+Every random choice of an epoch is seeded from (seed, epoch), so a resumed run repeats it exactly.
+"""
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 import torch
 from sklearn.metrics import average_precision_score
+from torch import nn
 
+from data.sensors.augment import augment
 from models.batching import index_batches
-from models.config import FinetuneConfig, PretrainConfig
-from models.sensor.config import SensorModelConfig
-from models.sensor.network import MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
+from models.losses import make_loss, reduce_loss
+from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
+from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
 from models.training import TrainResult, train
 
 MASK_SPAN = 4
 
 
+class PretrainObjective(nn.Module):
+    """reconstruction_weight * masked reconstruction + contrastive_weight * NT-Xent, one shared encoder."""
+
+    def __init__(self, encoder: SensorEncoder, n_channels: int, model_cfg: SensorModelConfig, cfg: SensorPretrainConfig):
+        super().__init__()
+        self.encoder = encoder
+        self.reconstruction = MaskedReconstruction(encoder, n_channels, model_cfg.hidden)
+        self.contrastive = ContrastiveModel(encoder, model_cfg, cfg.temperature)
+        self.weights = (cfg.reconstruction_weight, cfg.contrastive_weight)
+
+    def forward(self, x, hidden, view_a, view_b) -> torch.Tensor:
+        loss = x.new_zeros(())
+        if self.weights[0]:
+            loss = loss + self.weights[0] * self.reconstruction(x, hidden)
+        if self.weights[1] and len(x) > 1:
+            loss = loss + self.weights[1] * self.contrastive(view_a, view_b)
+        return loss
+
+
 def pretrain_encoder(
-    features: np.ndarray, model_cfg: SensorModelConfig, cfg: PretrainConfig, device: torch.device
+    features: np.ndarray, model_cfg: SensorModelConfig, cfg: SensorPretrainConfig, device: torch.device
 ) -> tuple[SensorEncoder, TrainResult]:
-    """Masked reconstruction on unlabelled windows. features: (n, 2C, T) -> trained encoder."""
+    """Self-supervised pretraining on unlabelled windows. features: (n, 2C, T) -> trained encoder."""
     torch.manual_seed(cfg.seed)
     n_channels = features.shape[1] // 2
     encoder = SensorEncoder(features.shape[1], model_cfg)
-    objective = MaskedReconstruction(encoder, n_channels, model_cfg.hidden)
-    x_all = torch.from_numpy(features)
-    generator = torch.Generator().manual_seed(cfg.seed)
+    objective = PretrainObjective(encoder, n_channels, model_cfg, cfg)
+    contrastive = cfg.contrastive_weight > 0
 
     def batches(epoch: int):
-        for idx in index_batches(len(x_all), cfg.batch_size, cfg.seed + epoch):
-            hidden = random_spans(len(idx), x_all.shape[-1], cfg.mask_ratio, MASK_SPAN, generator)
-            yield x_all[idx].to(device), hidden.to(device)
+        rng = np.random.default_rng([cfg.seed, epoch])
+        generator = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+        for idx in index_batches(len(features), cfg.batch_size, cfg.seed + epoch):
+            x = features[idx]
+            hidden = random_spans(len(idx), x.shape[-1], cfg.mask_ratio, MASK_SPAN, generator)
+            views = [augment(x, rng, cfg.augmentations, cfg.augment_probability) if contrastive else x for _ in range(2)]
+            yield tuple(torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a.to(device)
+                        for a in (x, hidden, *views))
 
     result = train(
         objective, batches, lambda model, batch: model(*batch), None,
@@ -49,18 +84,61 @@ def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.d
     return torch.cat(out).numpy() if out else np.empty(0, np.float32)
 
 
+def epoch_indices(y: np.ndarray, sampling: str, rng: np.random.Generator) -> np.ndarray:
+    """One epoch's sample order: a permutation, or (balanced) len(y) draws with each class equally likely."""
+    n = len(y)
+    if sampling != "balanced" or y.min() == y.max():
+        return rng.permutation(n)
+    positive = y > 0.5
+    p = np.where(positive, 0.5 / positive.sum(), 0.5 / (~positive).sum())
+    return rng.choice(n, size=n, replace=True, p=p / p.sum())
+
+
+def class_weights(y: np.ndarray, sampling: str) -> np.ndarray:
+    """Per-sample weights (n,): inverse class frequency (mean 1) for sampling='weighted', else ones."""
+    y = np.asarray(y) > 0.5
+    if sampling != "weighted" or y.all() or not y.any():
+        return np.ones(len(y), np.float32)
+    return np.where(y, len(y) / (2 * y.sum()), len(y) / (2 * (~y).sum())).astype(np.float32)
+
+
+def mixup(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float, rng: np.random.Generator):
+    """Time-series mixup: each window mixed with a random partner of the batch, lambda ~ Beta(alpha, alpha),
+    values, masks, labels and weights alike. Returns (x, y, w) of the same shapes."""
+    lam = rng.beta(alpha, alpha, len(x)).astype(np.float32)
+    partner = rng.permutation(len(x))
+    mix = lambda a: lam.reshape(-1, *[1] * (a.ndim - 1)) * a + (1 - lam.reshape(-1, *[1] * (a.ndim - 1))) * a[partner]  # noqa: E731
+    return mix(x), mix(y), mix(w)
+
+
+def small_loss_rate(cfg: SensorFinetuneConfig, epoch: int) -> float:
+    """Share of largest losses dropped at `epoch`: a linear ramp to small_loss_drop over small_loss_warmup epochs."""
+    if cfg.small_loss_drop == 0:
+        return 0.0
+    return cfg.small_loss_drop * min(1.0, epoch / cfg.small_loss_warmup) if cfg.small_loss_warmup else cfg.small_loss_drop
+
+
+def _fingerprint(*parts) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
+    return h.hexdigest()
+
+
 def finetune_member(
     train_x: np.ndarray,
     train_y: np.ndarray,
     val_x: np.ndarray,
     val_y: np.ndarray,
     model_cfg: SensorModelConfig,
-    cfg: FinetuneConfig,
+    cfg: SensorFinetuneConfig,
     encoder_state: dict | None,
     seed: int,
     device: torch.device,
+    checkpoint: str | Path | None = None,
 ) -> tuple[SensorClassifier, TrainResult]:
-    """One ensemble member: binary cross entropy, early stopping on validation PR-AUC.
+    """One ensemble member: the configured loss, sampling, mixup and curriculum; early stopping on
+    validation PR-AUC; a checkpoint every epoch at `checkpoint` (resumed when it matches).
 
     train_x, val_x: (n, 2C, T) features; train_y, val_y: (n,) 0/1.
     """
@@ -68,21 +146,37 @@ def finetune_member(
     model = SensorClassifier(train_x.shape[1], model_cfg)
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
-    x_all, y_all = torch.from_numpy(train_x), torch.from_numpy(train_y.astype(np.float32))
+    train_y = np.asarray(train_y, dtype=np.float32)
+    weights = class_weights(train_y, cfg.sampling)
+    loss_fn = make_loss(cfg.loss.terms, focal_gamma=cfg.loss.focal_gamma, focal_alpha=cfg.loss.focal_alpha,
+                        gce_q=cfg.loss.gce_q, sce_alpha=cfg.loss.sce_alpha, sce_beta=cfg.loss.sce_beta)
 
     def batches(epoch: int):
-        for idx in index_batches(len(y_all), cfg.batch_size, seed * 1000 + epoch):
-            yield x_all[idx].to(device), y_all[idx].to(device)
+        rng = np.random.default_rng([seed, epoch])
+        order = epoch_indices(train_y, cfg.sampling, rng)
+        drop = small_loss_rate(cfg, epoch)
+        for start in range(0, len(order), cfg.batch_size):
+            idx = order[start:start + cfg.batch_size]
+            x, y, w = train_x[idx], train_y[idx], weights[idx]
+            if cfg.mixup_alpha > 0:
+                x, y, w = mixup(x, y, w, cfg.mixup_alpha, rng)
+            yield torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), torch.from_numpy(w).to(device), drop
 
     def loss_step(net, batch):
-        x, y = batch
-        return torch.nn.functional.binary_cross_entropy_with_logits(net(x).float(), y)
+        x, y, w, drop = batch
+        return reduce_loss(loss_fn(net(x).float(), y), w, drop)
 
     def validate(net) -> float:
         return float(average_precision_score(val_y, predict_logits(net, val_x, device)))
 
+    key = None
+    if checkpoint is not None:
+        encoder_sum = None if encoder_state is None else float(sum(v.double().sum() for v in encoder_state.values()))
+        key = _fingerprint(model_cfg.model_dump_json(), cfg.model_dump_json(), seed, encoder_sum,
+                           np.ascontiguousarray(train_x), train_y, np.ascontiguousarray(val_x), np.asarray(val_y))
     result = train(
         model, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
+        checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "",
     )
     return model.cpu(), result

@@ -116,3 +116,77 @@ def test_batch_graphs_offsets():
     assert (b["batch"][b["edge_index"][0]] == b["batch"][b["edge_index"][1]]).all()
     for key in ("atom_features", "edge_index", "bond_features", "batch"):
         assert b[key].dtype == np.int64
+
+
+# ------------------------------------------------------------------ structural encodings (data/molecules/encodings.py)
+from data.molecules.encodings import LAPLACIAN_K, POSITIONAL_SIZE, RANDOM_WALK_K, random_sign_flip  # noqa: E402
+
+
+def _laplacian(g):
+    return g.positional[:, :LAPLACIAN_K]
+
+
+def _random_walk(g):
+    return g.positional[:, LAPLACIAN_K:]
+
+
+def test_ethanol_encodings_by_hand():
+    g = featurize_smiles("CCO")
+    assert g.positional.shape == (3, POSITIONAL_SIZE) and g.positional.dtype == np.float32
+    middle = int(np.argmax(g.atom_features[:, DEGREE]))  # the CH2
+    ends = [i for i in range(3) if i != middle]
+    # path graph of 3 atoms: normalised-Laplacian eigenvalues 0, 1, 2; eigenvalue 1 lives on the two ends only
+    lap = _laplacian(g)
+    assert lap[middle, 0] == pytest.approx(0.0, abs=1e-6)
+    assert sorted(lap[ends, 0].tolist()) == pytest.approx([-2 ** -0.5, 2 ** -0.5], abs=1e-6)
+    assert (lap[:, 2:] == 0).all()  # only N - 1 = 2 non-trivial eigenvectors: the rest is padding
+    # return probabilities: none after 1 step; after 2: 1 from the middle, 1/2 from an end
+    rw = _random_walk(g)
+    assert (rw[:, 0] == 0).all()
+    assert rw[middle, 1] == pytest.approx(1.0) and rw[ends, 1] == pytest.approx([0.5, 0.5])
+
+
+def test_benzene_encodings_by_hand():
+    g = featurize_smiles("c1ccccc1")
+    lap = _laplacian(g)
+    # 5 non-trivial orthonormal eigenvectors, each orthogonal to the constant one; the 6th column onwards pads
+    np.testing.assert_allclose(lap[:, :5].T @ lap[:, :5], np.eye(5), atol=1e-5)
+    np.testing.assert_allclose(lap[:, :5].sum(axis=0), 0, atol=1e-5)
+    assert (lap[:, 5:] == 0).all()
+    # closed walks on a 6-cycle: odd lengths none; t = 2, 4, 6: 2/4, 6/16, 22/64 of all walks
+    rw = _random_walk(g)
+    np.testing.assert_allclose(rw[:, [0, 2, 4]], 0, atol=1e-7)
+    np.testing.assert_allclose(rw[:, [1, 3, 5]], np.tile([0.5, 0.375, 22 / 64], (6, 1)), atol=1e-6)
+
+
+def test_charged_star_encodings():
+    g = featurize_smiles("C[N+](C)(C)C")
+    n = [ELEMENTS[i] for i in g.atom_features[:, ELEMENT]].index("N")
+    rw = _random_walk(g)
+    assert rw[n, 1] == pytest.approx(1.0)  # the centre: out to a methyl and surely back
+    assert np.delete(rw[:, 1], n) == pytest.approx([0.25] * 4)  # a methyl: back to itself 1 time in 4
+
+
+def test_single_atom_encodings_are_zero():
+    g = featurize_smiles("C")
+    assert g.positional.shape == (1, POSITIONAL_SIZE) and (g.positional == 0).all()
+
+
+def test_encodings_do_not_depend_on_the_input_smiles():
+    a, b = featurize_smiles("Oc1ccccc1CCN"), featurize_smiles("NCCc1ccccc1O")
+    np.testing.assert_array_equal(a.positional, b.positional)
+    assert a.smiles == b.smiles == canonical_smiles("NCCc1ccccc1O")
+
+
+def test_sign_flip_touches_only_laplacian_columns_one_sign_per_molecule():
+    graphs = [featurize_smiles(s) for s in ("c1ccccc1O", "CCCCN")]
+    b = batch_graphs(graphs)
+    flipped = random_sign_flip(b["positional"], b["batch"], 2, np.random.default_rng(3))
+    np.testing.assert_array_equal(flipped[:, LAPLACIAN_K:], b["positional"][:, LAPLACIAN_K:])
+    for g in range(2):
+        rows = b["batch"] == g
+        original, new = b["positional"][rows, :LAPLACIAN_K], flipped[rows, :LAPLACIAN_K]
+        assert np.allclose(np.abs(new), np.abs(original))
+        for col in range(LAPLACIAN_K):
+            assert np.allclose(new[:, col], original[:, col]) or np.allclose(new[:, col], -original[:, col])
+    assert RANDOM_WALK_K + LAPLACIAN_K == POSITIONAL_SIZE

@@ -66,12 +66,18 @@ def test_save_load_round_trip_and_byte_identical(tmp_path):
     assert p.report["rows_in"] == 1282 and sum(p.report["sizes"].values()) == p.report["rows_out"]
     save_prepared(p, tmp_path / "a")
     q = load_prepared(tmp_path / "a")
-    assert q.task == p.task and q.report == p.report
+    assert q.task == p.task and q.report == p.report and q.tokenizer == p.tokenizer
+    # the tokenizer is built from the training split only, and every training SMILES fits it
+    from data.molecules.tokenizer import SmilesTokenizer, UNK_ID, tokenize
+    tokenizer = SmilesTokenizer.from_dict(p.tokenizer)
+    assert tokenizer.max_length == cfg.max_smiles_length
+    assert set(tokenizer.vocabulary[5:]) == {t for s in p.splits["train"]["smiles"] for t in tokenize(s)}
+    assert all(UNK_ID not in tokenizer.encode(s) for s in p.splits["train"]["smiles"])
     for name in ("train", "val", "test"):
         pd.testing.assert_frame_equal(q.splits[name], p.splits[name])
     save_prepared(prepare_molecule_data(cfg), tmp_path / "b")
     save_prepared(q, tmp_path / "c")
-    for name in ("train.csv", "val.csv", "test.csv", "report.json"):
+    for name in ("train.csv", "val.csv", "test.csv", "report.json", "tokenizer.json"):
         first = (tmp_path / "a" / name).read_bytes()
         assert first == (tmp_path / "b" / name).read_bytes() == (tmp_path / "c" / name).read_bytes()
 

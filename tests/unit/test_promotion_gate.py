@@ -9,7 +9,7 @@ MIN = RegistryConfig(model_name="m", primary_metric="rmse", mode="min", toleranc
 
 def test_first_version_is_promoted_when_calibrated():
     decision = decide(MAX, {"pr_auc": 0.5}, None, calibration_error=0.02)
-    assert decision.promote and decision.reasons == ["no champion yet"]
+    assert decision.promote and decision.reasons == ["no champion to compare with"]
 
 
 def test_better_or_within_tolerance_is_promoted():

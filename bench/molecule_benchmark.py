@@ -1,0 +1,240 @@
+"""Molecule benchmark (not a test): ESOL and BBBP on the ANCHORS.md deterministic scaffold split.
+
+Ours (the fused graph + SMILES model, and its ablations: graph only, SMILES only, fused; with and without
+pretraining) next to a random forest (500 trees, Morgan counts r=2, 2048 bits) and chemprop 2.x with its CLI
+defaults, all on the same split of the same standardised SMILES (the data layer with `duplicates: keep`, which
+reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
+
+    .venv/bin/python bench/molecule_benchmark.py                       # everything, 1 seed
+    .venv/bin/python bench/molecule_benchmark.py --datasets esol --variants fused_pre --seeds 0 1 2
+    .venv/bin/python bench/molecule_benchmark.py --chemprop ''         # skip chemprop
+
+chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/molecule.md.
+Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`); flags override.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+
+from data.molecules.config import MoleculeDataConfig  # noqa: E402
+from data.molecules.featurize import encode_tokens, featurize_smiles  # noqa: E402
+from data.molecules.fingerprints import morgan_counts  # noqa: E402
+from data.molecules.prepare import prepare_molecule_data  # noqa: E402
+from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
+from flows.params import load_params  # noqa: E402
+from models.metrics import classification_metrics, regression_metrics  # noqa: E402
+from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
+
+SHARED = Path(os.environ.get("SHARED_DATA_DIR", PROJECT.parent / "shared" / "data"))
+DATASETS = {
+    "esol": {"path": "esol/delaney-processed.csv", "target": "measured log solubility in mols per litre",
+             "task": "regression", "sizes": [902, 113, 113], "anchors": {"random_forest": 1.297, "chemprop": 0.826}},
+    "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
+             "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
+}
+VARIANTS = {  # name: (modalities, pretrained)
+    "fused_pre": ("fused", True), "fused": ("fused", False),
+    "graph_pre": ("graph", True), "graph": ("graph", False),
+    "smiles_pre": ("smiles", True), "smiles": ("smiles", False),
+}
+CPU = torch.device("cpu")
+
+
+def metrics(task: str, y: np.ndarray, p: np.ndarray) -> dict:
+    if task == "regression":
+        return regression_metrics(y, p)
+    m = classification_metrics(y, p)
+    return {"roc_auc": m["roc_auc"], "pr_auc": m["pr_auc"], "ece": m["ece"]}
+
+
+def load(name: str):
+    spec = DATASETS[name]
+    cfg = MoleculeDataConfig(source="file", path=SHARED / spec["path"], smiles_column="smiles",
+                             target_column=spec["target"], task=spec["task"], split="scaffold", duplicates="keep")
+    prepared = prepare_molecule_data(cfg)
+    sizes = [len(prepared.splits[s]) for s in ("train", "val", "test")]
+    if sizes != spec["sizes"]:
+        raise SystemExit(f"{name}: split sizes {sizes} differ from the anchors' {spec['sizes']}")
+    return prepared, SmilesTokenizer.from_dict(prepared.tokenizer)
+
+
+def run_forest(prepared, task: str, seed: int) -> np.ndarray:
+    from sklearn.ensemble import RandomForestClassifier, RandomForestRegressor
+    forest = (RandomForestRegressor if task == "regression" else RandomForestClassifier)(
+        n_estimators=500, n_jobs=-1, random_state=seed)
+    forest.fit(morgan_counts(list(prepared.splits["train"]["smiles"])), prepared.splits["train"]["target"])
+    x = morgan_counts(list(prepared.splits["test"]["smiles"]))
+    return forest.predict(x) if task == "regression" else forest.predict_proba(x)[:, 1]
+
+
+def run_ours(data: dict, y: dict, task: str, tokenizer, params, modalities: str, pretrained: dict | None,
+             seed: int, members: int) -> tuple[np.ndarray, list[int]]:
+    model_cfg = params.molecule.model.model_copy(update={"modalities": modalities})
+    mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
+    outs, epochs = [], []
+    for member in range(members):
+        net, result = finetune_member(data["train"], (y["train"] - mean) / std, data["val"], (y["val"] - mean) / std,
+                                      task, model_cfg, params.molecule.finetune, pretrained, len(tokenizer),
+                                      tokenizer.max_length, seed * 100 + member, CPU)
+        raw = predict_raw(net, data["test"], CPU)
+        outs.append(mean + std * raw if task == "regression" else 1 / (1 + np.exp(-raw)))
+        epochs.append(result.best_epoch)
+    return np.mean(outs, axis=0), epochs
+
+
+def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None) -> np.ndarray:
+    with tempfile.TemporaryDirectory(prefix="chemprop-") as tmp:
+        tmp = Path(tmp)
+        paths = []
+        for split in ("train", "val", "test"):
+            paths.append(tmp / f"{split}.csv")
+            prepared.splits[split][["smiles", "target"]].to_csv(paths[-1], index=False)
+        command = [binary, "train", "--data-path", *map(str, paths), "--task-type", task, "--smiles-columns", "smiles",
+                   "--target-columns", "target", "--output-dir", str(tmp / "out"), "--pytorch-seed", str(seed),
+                   "--data-seed", str(seed), "--num-workers", "0"]
+        if epochs:
+            command += ["--epochs", str(epochs)]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"chemprop train failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+        model = next((tmp / "out").rglob("best*.pt"))
+        preds = tmp / "preds.csv"
+        done = subprocess.run([binary, "predict", "--test-path", str(paths[2]), "--smiles-columns", "smiles",
+                               "--model-paths", str(model), "--preds-path", str(preds), "--num-workers", "0"],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"chemprop predict failed:\n{done.stderr[-3000:]}")
+        frame = pd.read_csv(preds)
+        column = [c for c in frame.columns if c != "smiles"][0]
+        return frame[column].to_numpy(dtype=float)
+
+
+def summarise(runs: list[dict]) -> dict:
+    out = {}
+    for run in runs:
+        out.setdefault(run["method"], []).append(run)
+    table = {}
+    for method, group in out.items():
+        keys = group[0]["metrics"].keys()
+        table[method] = {k: {"mean": float(np.mean([g["metrics"][k] for g in group])),
+                             "sd": float(np.std([g["metrics"][k] for g in group])), "n": len(group)} for k in keys}
+        table[method]["seconds"] = float(np.mean([g["seconds"] for g in group]))
+    return table
+
+
+def markdown_table(report: dict) -> str:
+    """The docs/molecule.md table: per dataset and method, the test metric (mean +- sd over seeds) and seconds."""
+    lines = ["| dataset | method | test metric | seeds | seconds per run |", "|---|---|---|---|---|"]
+    for name, entry in report.get("datasets", {}).items():
+        metric = "rmse" if entry["task"] == "regression" else "roc_auc"
+        label = "RMSE" if metric == "rmse" else "ROC-AUC"
+        for method, summary in entry["summary"].items():
+            m = summary[metric]
+            sd = f" +- {m['sd']:.3f}" if m["n"] > 1 else ""
+            lines.append(f"| {name} | {method} | {label} {m['mean']:.3f}{sd} | {m['n']} | {summary['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--members", type=int, default=None, help="ensemble members (default: molecule.finetune.ensemble_size)")
+    parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
+    parser.add_argument("--pretrain-epochs", type=int, default=None)
+    parser.add_argument("--no-forest", action="store_true")
+    parser.add_argument("--chemprop", default="/tmp/chemprop-venv/bin/chemprop", help="chemprop CLI; '' to skip")
+    parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
+    parser.add_argument("--params", default=str(PROJECT / "params.yaml"))
+    parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "molecule.json"))
+    parser.add_argument("--table", action="store_true", help="print the markdown table of --out and stop")
+    args = parser.parse_args()
+    if args.table:
+        print(markdown_table(json.loads(Path(args.out).read_text())))
+        return
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    params = load_params(args.params)
+    finetune = params.molecule.finetune
+    if args.epochs:
+        finetune = finetune.model_copy(update={"epochs": args.epochs})
+    pretrain_cfg = params.molecule.pretrain
+    if args.pretrain_epochs:
+        pretrain_cfg = pretrain_cfg.model_copy(update={"epochs": args.pretrain_epochs})
+    params.molecule.finetune, params.molecule.pretrain = finetune, pretrain_cfg
+    members = args.members or finetune.ensemble_size
+    chemprop = args.chemprop if args.chemprop and shutil.which(args.chemprop) else None
+
+    out_path = Path(args.out)
+    report = json.loads(out_path.read_text()) if out_path.is_file() else {}
+    report.setdefault("datasets", {})
+    for name in args.datasets:
+        spec = DATASETS[name]
+        prepared, tokenizer = load(name)
+        task = spec["task"]
+        y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
+        data = {}
+        for s in ("train", "val", "test"):
+            graphs = [featurize_smiles(x) for x in prepared.splits[s]["smiles"]]
+            data[s] = Molecules(graphs, encode_tokens(graphs, tokenizer))
+        runs = []
+
+        def save():
+            report["datasets"][name] = {
+                "task": task, "split": "scaffold (ANCHORS.md, DeepChem order), duplicates: keep", "sizes": spec["sizes"],
+                "anchors_test": spec["anchors"], "seeds": args.seeds, "members": members,
+                "finetune": finetune.model_dump(mode="json"), "pretrain": pretrain_cfg.model_dump(mode="json"),
+                "model": params.molecule.model.model_dump(), "summary": summarise(runs), "runs": runs,
+            }
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(report, indent=1) + "\n")
+
+        def record(method, seed, prediction, seconds, **extra):
+            m = metrics(task, y["test"], prediction)
+            runs.append({"method": method, "seed": seed, "metrics": m, "seconds": round(seconds, 1), **extra})
+            print(f"{name} {method} seed {seed}: { {k: round(v, 4) for k, v in m.items()} } ({seconds:.0f} s)", flush=True)
+            save()  # after every run: a long benchmark stopped half-way keeps what it measured
+
+        for seed in args.seeds:
+            if not args.no_forest:
+                t = time.time()
+                record("random_forest", seed, run_forest(prepared, task, seed), time.time() - t)
+            if chemprop:
+                t = time.time()
+                record("chemprop", seed, run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs), time.time() - t)
+            pretrained = None
+            if any(VARIANTS[v][1] for v in args.variants):
+                t = time.time()
+                cfg = pretrain_cfg.model_copy(update={"seed": seed})
+                net, _ = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, params.molecule.model, cfg, CPU)
+                pretrained = net.state_dict()
+                pretrain_seconds = time.time() - t
+                print(f"{name} pretraining seed {seed}: {pretrain_seconds:.0f} s", flush=True)
+            for variant in args.variants:
+                modalities, use_pre = VARIANTS[variant]
+                t = time.time()
+                prediction, best = run_ours(data, y, task, tokenizer, params, modalities, pretrained if use_pre else None,
+                                            seed, members)
+                record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best)
+    print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

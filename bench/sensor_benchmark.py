@@ -1,0 +1,191 @@
+"""Sensor benchmark (not a test): our detector against HistGradientBoosting and MiniRocket, clean and with
+flipped training labels, plus ablations, on CMAPSS FD001 (the /work/shared/ANCHORS.md protocol) and SKAB.
+
+    .venv/bin/python bench/sensor_benchmark.py --datasets fd001 --flips 0 0.2 --seeds 0
+    .venv/bin/python bench/sensor_benchmark.py --datasets fd001 skab --flips 0 0.2 --seeds 0 1 2
+
+Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results are merged into
+bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
+"<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
+
+Variants of ours: `full` (pretrained encoder, robust loss + mixup + small-loss curriculum, calibration
+chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise) and
+`no_calibration` (the full model's raw ensemble probability). Baselines are uncalibrated, as in the anchors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from data.sensors.config import SensorDataConfig  # noqa: E402
+from data.sensors.featurize import WindowFeaturizer  # noqa: E402
+from data.sensors.prepare import prepare_sensor_data  # noqa: E402
+from models.calibration import calibrated_probability, choose_threshold, ensemble_probability, select_calibration  # noqa: E402
+from models.metrics import classification_metrics  # noqa: E402
+from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  # noqa: E402
+from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig  # noqa: E402
+from models.sensor.training import finetune_member, predict_logits, pretrain_encoder  # noqa: E402
+
+SHARED = Path("/work/shared/data")
+RESULTS = ROOT / "bench" / "results" / "sensor.json"
+DATASETS = {
+    "fd001": dict(source="cmapss", path=SHARED / "cmapss_fd001" / "train_FD001.txt.gz", window=30, stride=1, horizon=30,
+                  split="unit", unit_order="sorted", drop_constant=True),
+    # SKAB: each run is a unit; a window is positive when an anomaly row lies within 8 steps after it
+    "skab": dict(source="skab", path=SHARED / "skab", window=32, stride=4, horizon=8, split="unit",
+                 unit_order="shuffled", drop_constant=True, val_fraction=0.2, test_fraction=0.2),
+}
+MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2)
+PRETRAIN = dict(epochs=3, batch_size=256, lr=0.001)
+ROBUST = dict(loss={"terms": {"gce": 1.0}, "gce_q": 0.7}, mixup_alpha=0.2, small_loss_drop=0.1, small_loss_warmup=3)
+FINETUNE = dict(epochs=12, batch_size=128, lr=0.002, patience=3, ensemble_size=3, checkpoint=False)
+PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
+TARGET_PRECISION = 0.8
+
+
+def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device) -> list:
+    return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device)[0]
+            for i in range(cfg.ensemble_size)]
+
+
+def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) -> dict:
+    logits_val = np.stack([predict_logits(m, val_x, device) for m in members], 1)
+    logits_test = np.stack([predict_logits(m, test_x, device) for m in members], 1)
+    if calibrate:
+        calibration, cv_nll = select_calibration(logits_val, val.y, val.unit, ["temperature", "isotonic"])
+        p_val, p_test = calibrated_probability(logits_val, calibration), calibrated_probability(logits_test, calibration)
+        extra = {"calibration": calibration["method"], "cv_nll": cv_nll}
+    else:
+        p_val, p_test, extra = ensemble_probability(logits_val), ensemble_probability(logits_test), {}
+    threshold = choose_threshold(val.y, p_val, TARGET_PRECISION)
+    return {**classification_metrics(test.y, p_test, threshold), **extra}
+
+
+def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int) -> dict:
+    device = torch.device("cpu")
+    cfg = SensorDataConfig(**DATASETS[dataset], train_label_flip_rate=flip, seed=seed)
+    prepared = prepare_sensor_data(cfg)
+    train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
+    out = {"dataset": dataset, "flip": flip, "seed": seed, "windows": prepared.report["windows"],
+           "positives": prepared.report["positives"], "channels": prepared.channels}
+    timings = {}
+
+    t = time.time()
+    hgb = fit_hist_gradient_boosting(train.X, train.y, seed)
+    p_val, p_test = hgb(val.X), hgb(test.X)
+    out["hist_gradient_boosting"] = classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION))
+    timings["hist_gradient_boosting"] = time.time() - t
+    print(f"[{dataset} flip {flip} seed {seed}] HGB {out['hist_gradient_boosting']}", flush=True)
+
+    t = time.time()
+    rocket, info = fit_minirocket(train.X, train.y, train.unit, n_features=rocket_features,
+                                  c_grid=[1e-4, 1e-3, 1e-2, 1e-1, 1.0], folds=3, seed=seed)
+    p_val, p_test = rocket(val.X), rocket(test.X)
+    out["minirocket"] = {**classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)),
+                         "C": info["C"]}
+    timings["minirocket"] = time.time() - t
+    print(f"[{dataset} flip {flip} seed {seed}] MiniRocket {out['minirocket']}", flush=True)
+
+    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
+    train_x, val_x, test_x = (featurizer.transform(w.X) for w in (train, val, test))
+    model_cfg = SensorModelConfig(**MODEL)
+    torch.manual_seed(seed)
+    encoder_state = None
+    if {"full", "no_calibration", "plain_ce"} & set(variants):
+        t = time.time()
+        unlabelled = np.concatenate([train_x, val_x])  # never test windows
+        encoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed), device)
+        encoder_state = encoder.state_dict()
+        timings["pretrain"] = time.time() - t
+    robust = SensorFinetuneConfig(**FINETUNE, **ROBUST, seed=seed)
+    if {"full", "no_calibration"} & set(variants):
+        t = time.time()
+        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
+        out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
+        out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
+        timings["ours_full"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] ours {out['ours_full']}", flush=True)
+    if "no_pretraining" in variants:
+        t = time.time()
+        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
+        out["ours_no_pretraining"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
+        timings["ours_no_pretraining"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] no pretraining {out['ours_no_pretraining']}", flush=True)
+    if "plain_ce" in variants:
+        t = time.time()
+        plain = SensorFinetuneConfig(**{**FINETUNE, **ROBUST, **PLAIN}, seed=seed)
+        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, plain, encoder_state, device)
+        out["ours_plain_ce"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
+        timings["ours_plain_ce"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] plain CE {out['ours_plain_ce']}", flush=True)
+    out["seconds"] = {k: round(v, 1) for k, v in timings.items()}
+    return out
+
+
+def merge(key: str, result: dict) -> None:
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results[key] = result
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+
+
+COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
+           ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
+           ("ours_no_calibration", "ours, no calibration")]
+
+
+def table() -> str:
+    results = json.loads(RESULTS.read_text())
+    groups: dict[tuple, list[dict]] = {}
+    for r in results.values():
+        groups.setdefault((r["dataset"], r["flip"]), []).append(r)
+    lines = ["| dataset | train labels flipped | seeds | " + " | ".join(name for _, name in COLUMNS) + " |",
+             "|---|---|---|" + "---|" * len(COLUMNS)]
+    for (dataset, flip), runs in sorted(groups.items()):
+        cells = []
+        for key, _ in COLUMNS:
+            got = [r[key] for r in runs if key in r]
+            if not got:
+                cells.append("n/a")
+                continue
+            pr, ece = np.array([g["pr_auc"] for g in got]), np.array([g["ece"] for g in got])
+            sd = f" +- {pr.std():.3f}" if len(got) > 1 else ""
+            cells.append(f"PR-AUC {pr.mean():.3f}{sd}, ECE {ece.mean():.3f}")
+        lines.append(f"| {dataset} | {int(flip * 100)} % | {len(runs)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=["fd001"], choices=sorted(DATASETS))
+    parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce"],
+                        choices=["full", "no_pretraining", "plain_ce"])
+    parser.add_argument("--rocket-features", type=int, default=9996)
+    parser.add_argument("--table", action="store_true", help="only print the markdown table of the stored results")
+    args = parser.parse_args()
+    if args.table:
+        print(table())
+        return
+    torch.set_num_threads(2)
+    for dataset in args.datasets:
+        for flip in args.flips:
+            for seed in args.seeds:
+                merge(f"{dataset}/flip{flip}/seed{seed}", run_condition(dataset, flip, seed, args.variants,
+                                                                       args.rocket_features))
+    print(table())
+
+
+if __name__ == "__main__":
+    main()

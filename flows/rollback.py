@@ -1,0 +1,68 @@
+"""`python -m flows.rollback sensor|molecule`: move `champion` back to the version it replaced.
+
+A promoted version carries a `previous_champion` tag (see flows.registry.apply_decision); rolling back
+points the alias at that version and tags the demoted one `promotion=rolled_back`. Rolling back again
+follows the restored version's own tag further back. A running service picks the change up at its next
+registry poll, or at once on POST /v1/admin/reload.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+
+import typer
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+
+from flows.params import ParamsError, load_params
+from flows.registry import CHAMPION
+from flows.tracking import use_tracking
+
+
+class Family(str, enum.Enum):
+    sensor = "sensor"
+    molecule = "molecule"
+
+
+class RollbackError(RuntimeError):
+    """There is no champion, or it records no previous champion to go back to."""
+
+
+def rollback(name: str) -> tuple[str, str]:
+    """Point `champion` of registered model `name` at its `previous_champion`; returns (from, to) versions."""
+    client = MlflowClient()
+    try:
+        current = client.get_model_version_by_alias(name, CHAMPION)
+    except MlflowException:
+        raise RollbackError(f"{name} has no '{CHAMPION}' version: nothing to roll back") from None
+    previous = current.tags.get("previous_champion")
+    if not previous:
+        raise RollbackError(f"{name} version {current.version} is champion but records no previous champion "
+                            f"(it was the first one promoted): nothing to roll back to")
+    try:
+        client.get_model_version(name, previous)
+    except MlflowException:
+        raise RollbackError(f"{name} version {previous}, the previous champion, no longer exists") from None
+    client.set_registered_model_alias(name, CHAMPION, previous)
+    client.set_model_version_tag(name, current.version, "promotion", "rolled_back")
+    return str(current.version), str(previous)
+
+
+def main(
+    family: Family = typer.Argument(..., help="which model family to roll back"),
+    params: str = typer.Option("params.yaml", help="parameters file: registry model names and MLflow store"),
+) -> None:
+    try:
+        config = load_params(params)
+        use_tracking(config.tracking)
+        name = getattr(config, family.value).registry.model_name
+        before, after = rollback(name)
+    except (ParamsError, RollbackError) as error:
+        typer.secho(f"error: {error}", fg="red", err=True)
+        sys.exit(2)
+    print(f"{name}: '{CHAMPION}' moved from version {before} back to version {after}")
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,35 @@
+"""Checks of prediction inputs against the model that will answer them (shape, channels, length)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class BadInput(ValueError):
+    """The request is well-formed JSON but does not fit the model; the message says what is wrong."""
+
+
+def check_count(count: int, limit: int, what: str) -> None:
+    if count > limit:
+        raise BadInput(f"{count} {what} in one request; at most {limit} (SERVING_MAX_ITEMS)")
+
+
+def check_smiles(smiles: list[str], max_length: int) -> None:
+    for i, item in enumerate(smiles):
+        if len(item) > max_length:
+            raise BadInput(f"smiles[{i}] is {len(item)} characters long; at most {max_length} (SERVING_MAX_SMILES_LENGTH)")
+
+
+def sensor_windows(windows: list[list[list[float | None]]], card: dict) -> list[np.ndarray]:
+    """Each window as a (T, C) float32 array with NaN for `null`, after checking T == card window, C == channels."""
+    channels, steps = card["channels"], int(card["window"])
+    for i, window in enumerate(windows):
+        if len(window) != steps:
+            raise BadInput(f"windows[{i}] has {len(window)} time steps; this model needs exactly {steps} "
+                           f"(each a list of {len(channels)} values: {', '.join(channels)})")
+        for t, step in enumerate(window):
+            if len(step) != len(channels):
+                raise BadInput(f"windows[{i}][{t}] has {len(step)} values; this model needs {len(channels)} "
+                               f"channels in this order: {', '.join(channels)}")
+    array = np.array(windows, dtype=np.float32)  # null -> NaN, which the featurizer masks as missing
+    return list(array)

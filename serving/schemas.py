@@ -1,0 +1,59 @@
+"""Request and response bodies (the configurable limits are checked in serving.inputs)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# JSON has no NaN: a missing sensor reading is `null`; NaN/Infinity literals and overflowing numbers are refused.
+Reading = Annotated[float, Field(allow_inf_nan=False)] | None
+Step = list[Reading]
+Window = list[Step]
+
+
+class ModelRef(BaseModel):
+    """The registered model version that answered."""
+
+    name: str
+    version: str
+    alias: str
+
+
+class SensorPrediction(BaseModel):
+    failure_probability: float
+    alert: bool = Field(description="failure_probability >= the model's calibrated alert threshold")
+    uncertainty: float = Field(description="standard deviation of the ensemble members' probabilities")
+
+
+class SensorResponse(BaseModel):
+    model: ModelRef
+    predictions: list[SensorPrediction]
+
+
+class MoleculePrediction(BaseModel):
+    smiles: str
+    value: float | None = Field(None, description="regression models: the predicted value")
+    probability: float | None = Field(None, description="classification models: the predicted probability")
+    uncertainty: float | None = Field(None, description="regression: scaled ensemble std; classification: ensemble std")
+    error: str | None = Field(None, description="why this SMILES could not be answered")
+
+
+class MoleculeResponse(BaseModel):
+    model: ModelRef
+    predictions: list[MoleculePrediction]
+
+
+class SensorRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    windows: list[Window] = Field(
+        min_length=1,
+        description="windows of time steps, each step one value per channel in the model's channel order "
+                    "(`null` for a missing reading); exactly the model's `window` steps each, see /v1/models; "
+                    "at most SERVING_MAX_ITEMS windows",
+    )
+
+
+class MoleculeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    smiles: list[str] = Field(min_length=1, description="at most SERVING_MAX_ITEMS, each at most SERVING_MAX_SMILES_LENGTH characters")

@@ -1,0 +1,201 @@
+"""The service against a real registry: readiness, model info, predictions, bad input, auth, metrics, docs."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import time
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from mlflow import MlflowClient
+
+from flows.registry import sha256_file
+from models.predictors import SensorPredictor
+from serving.app import create_app
+from serving.settings import ServingSettings
+from serving.store import ModelStore
+from tests.integration.test_serving_registry import (
+    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve, shared_registry, tiny_models,
+)
+
+pytestmark = pytest.mark.integration
+
+LIMITS = dict(max_items=8, max_smiles_length=40, max_body_bytes=64 * 1024, poll_seconds=3600, prefer_cuda=False)
+
+
+def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while client.get("/ready").status_code != 200:
+        assert time.monotonic() < deadline, client.get("/ready").json()
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return tiny_models(tmp_path_factory.getbasetemp() / "models")
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    return shared_registry(tmp_path_factory.getbasetemp())
+
+
+@pytest.fixture(scope="module")
+def store(registry) -> ModelStore:
+    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", prefer_cuda=False)
+
+
+@pytest.fixture(scope="module")
+def client(store):
+    with TestClient(create_app(ServingSettings(**LIMITS), store=store)) as client:
+        wait_ready(client)
+        yield client
+
+
+def window_json(window: np.ndarray) -> list:
+    """(C, T) with NaN -> the API's T lists of C values with null."""
+    return [[None if np.isnan(v) else float(v) for v in step] for step in window.T]
+
+
+def test_health_ready_and_model_info(client, registry, models):
+    assert client.get("/health").json() == {"status": "ok"}
+    assert client.get("/ready").json()["models"] == {"sensor": "2", "molecule": "1"}
+    info = {m["family"]: m for m in client.get("/v1/models").json()["models"]}
+    sensor = info["sensor"]
+    assert (sensor["name"], sensor["version"], sensor["alias"]) == (SENSOR_NAME, "2", "champion")
+    assert sensor["provider"] == "CPUExecutionProvider"
+    assert sensor["sha256"] == sha256_file(models.good_sensor)
+    assert sensor["sha256"] == MlflowClient(registry.uri).get_model_version(SENSOR_NAME, "2").tags["onnx_sha256"]
+    assert sensor["metrics"]["pr_auc"] == pytest.approx(1.0)
+    assert (sensor["channels"], sensor["window"]) == (CHANNELS, WINDOW)
+    assert (info["molecule"]["version"], info["molecule"]["task"]) == ("1", "regression")
+
+
+def test_sensor_predictions_are_the_champions(client, models):
+    windows = models.test_windows[:5].copy()
+    windows[0, 1, 3:7] = np.nan  # missing readings travel as null
+    answer = client.post("/v1/sensor/predict", json={"windows": [window_json(w) for w in windows]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["model"] == {"name": SENSOR_NAME, "version": "2", "alias": "champion"}
+    expected = SensorPredictor(models.good_sensor, models.sensor_card, prefer_cuda=False).predict(windows)
+    got = body["predictions"]
+    assert np.allclose([p["failure_probability"] for p in got], expected["probability"], atol=1e-6)
+    assert np.allclose([p["uncertainty"] for p in got], expected["uncertainty"], atol=1e-6)
+    assert [p["alert"] for p in got] == list(expected["alert"])
+
+
+def test_molecule_predictions_with_a_per_item_error(client):
+    answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "not a molecule", "c1ccccc1"]})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["model"] == {"name": MOLECULE_NAME, "version": "1", "alias": "champion"}
+    ethanol, broken, benzene = body["predictions"]
+    assert ethanol["smiles"] == "CCO" and "error" not in ethanol
+    assert ethanol["uncertainty"] == pytest.approx(0.1 * abs(ethanol["value"]))
+    assert benzene["value"] != ethanol["value"]
+    assert "value" not in broken and broken["error"]
+
+
+def _window(steps: int = WINDOW, channels: int = len(CHANNELS), value=0.5) -> list:
+    return [[value] * channels for _ in range(steps)]
+
+
+BAD_INPUT = [
+    ("sensor", {"windows": [_window(steps=WINDOW - 1)]}, 422, f"needs exactly {WINDOW}"),
+    ("sensor", {"windows": [_window(channels=len(CHANNELS) + 1)]}, 422, f"needs {len(CHANNELS)} channels"),
+    ("sensor", '{"windows": [[[NaN, 1, 2]]]}', 422, "finite number"),
+    ("sensor", '{"windows": [[[Infinity, 1, 2]]]}', 422, "finite number"),
+    ("sensor", '{"windows": [[[1e999, 1, 2]]]}', 422, "finite number"),
+    ("sensor", {"windows": [_window(value="high")]}, 422, "valid number"),
+    ("sensor", {"windows": [[0.5] * WINDOW]}, 422, "valid list"),
+    ("sensor", {"windows": []}, 422, "at least 1 item"),
+    ("sensor", {"windows": [_window()] * 9}, 422, "at most 8"),
+    ("sensor", {"windows": [_window()], "extra": 1}, 422, "Extra inputs"),
+    ("sensor", {"smiles": ["CCO"]}, 422, "windows: Field required"),
+    ("molecule", {"smiles": []}, 422, "at least 1 item"),
+    ("molecule", {"smiles": ["C"] * 9}, 422, "at most 8"),
+    ("molecule", {"smiles": ["C" * 41]}, 422, "at most 40"),
+    ("molecule", {"smiles": "CCO"}, 422, "valid list"),
+    ("molecule", '{"smiles": ["CCO"', 400, "not valid JSON"),
+    ("molecule", "", 422, "body is empty"),
+    ("molecule", {"smiles": ["C" * 30] * 3000}, 413, "larger than"),
+]
+
+
+@pytest.mark.parametrize(("family", "body", "status", "message"), BAD_INPUT,
+                         ids=[f"{f}-{m}-{i}" for i, (f, _, _, m) in enumerate(BAD_INPUT)])
+def test_bad_input_gets_a_4xx_saying_what_is_wrong(client, family, body, status, message):
+    content = body if isinstance(body, str) else json.dumps(body)
+    answer = client.post(f"/v1/{family}/predict", content=content, headers={"Content-Type": "application/json"})
+    assert answer.status_code == status, answer.text
+    assert message in answer.json()["detail"]
+
+
+def test_a_body_that_is_not_json_gets_415(client):
+    answer = client.post("/v1/molecule/predict", content="smiles=CCO",
+                         headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert answer.status_code == 415 and "application/json" in answer.json()["detail"]
+
+
+def test_depiction_is_svg_and_bad_smiles_is_a_422(client):
+    drawn = client.get("/v1/molecule/depict", params={"smiles": "c1ccccc1O"})
+    assert drawn.status_code == 200 and drawn.headers["content-type"].startswith("image/svg+xml")
+    assert "<svg" in drawn.text
+    assert client.get("/v1/molecule/depict", params={"smiles": "C1CC"}).status_code == 422
+
+
+def test_api_key_guards_v1_only(store):
+    settings = ServingSettings(**LIMITS, api_key="s3cret")
+    with TestClient(create_app(settings, store=store)) as guarded:
+        wait_ready(guarded)
+        assert guarded.get("/health").status_code == 200
+        assert guarded.get("/ready").status_code == 200
+        assert guarded.get("/metrics").status_code == 200
+        refused = guarded.get("/v1/models")
+        assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
+        assert guarded.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert guarded.post("/v1/molecule/predict", json={"smiles": ["C"]}).status_code == 401
+        assert guarded.post("/v1/admin/reload").status_code == 401
+        ok = {"Authorization": "Bearer s3cret"}
+        assert guarded.get("/v1/models", headers=ok).status_code == 200
+        assert guarded.post("/v1/molecule/predict", json={"smiles": ["C"]}, headers=ok).status_code == 200
+
+
+def test_no_api_key_means_open_v1(client):
+    assert client.get("/v1/models").status_code == 200
+
+
+def test_metrics_count_requests_batches_and_version(client):
+    client.post("/v1/molecule/predict", json={"smiles": ["CCO", "CCN"]})
+    text = client.get("/metrics").text
+    assert 'serving_requests_total{method="POST",path="/v1/molecule/predict",status="200"}' in text
+    assert 'serving_request_duration_seconds_count{method="POST",path="/v1/molecule/predict"}' in text
+    assert 'serving_batch_items_count{family="molecule"}' in text
+    assert 'serving_request_items_sum{family="molecule"}' in text
+    assert f'serving_model_version{{family="sensor",name="{SENSOR_NAME}"}} 2.0' in text
+
+
+def test_api_docs_are_served_without_a_cdn(client):
+    page = client.get("/docs").text
+    assert "cdn" not in page
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css"):
+        assert f"/static-offline-docs/{asset}" in page
+        assert client.get(f"/static-offline-docs/{asset}").status_code == 200
+    assert client.get("/openapi.json").json()["paths"]["/v1/sensor/predict"]
+
+
+def test_concurrent_requests_share_micro_batches(store, models):
+    app = create_app(ServingSettings(**LIMITS, batch_wait_ms=200), store=store)
+    window = window_json(models.test_windows[0])
+    with serve(app) as url, concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: httpx.post(f"{url}/v1/sensor/predict", json={"windows": [window]}),
+                                range(6)))
+        metrics = httpx.get(f"{url}/metrics").text
+    assert all(a.status_code == 200 for a in answers)
+    assert len({a.json()["predictions"][0]["failure_probability"] for a in answers}) == 1
+    batches = [line for line in metrics.splitlines() if line.startswith('serving_batch_items_count{family="sensor"}')]
+    assert 1 <= float(batches[0].split()[-1]) < 6  # six requests answered by fewer model calls

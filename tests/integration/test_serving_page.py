@@ -1,0 +1,118 @@
+"""The page at / and the offline API docs, in headless Chromium driven over the DevTools protocol."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from serving.app import create_app
+from serving.settings import ServingSettings
+from serving.store import ModelStore
+from tests.integration.test_serving_registry import MOLECULE_NAME, SENSOR_NAME, serve, shared_registry
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not Path("/usr/bin/chromium").exists(),
+                       reason="needs Debian's chromium at /usr/bin/chromium (apt-get install -y chromium)"),
+]
+
+
+class Browser:
+    """One page of a headless Chromium, driven with Runtime.evaluate."""
+
+    def __init__(self, websocket):
+        self.ws, self.next_id = websocket, 0
+
+    def command(self, method: str, **params) -> dict:
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv(timeout=30))
+            if message.get("id") == self.next_id:
+                assert "error" not in message, message
+                return message["result"]
+
+    def evaluate(self, expression: str):
+        result = self.command("Runtime.evaluate", expression=expression, awaitPromise=True, returnByValue=True)
+        assert "exceptionDetails" not in result, result
+        return result["result"].get("value")
+
+    def wait_for(self, expression: str, timeout: float = 20.0):
+        deadline = time.monotonic() + timeout
+        while not (value := self.evaluate(expression)):
+            assert time.monotonic() < deadline, f"timed out waiting for {expression}"
+            time.sleep(0.1)
+        return value
+
+    def open(self, url: str) -> None:
+        self.command("Page.navigate", url=url)
+        self.wait_for("document.readyState === 'complete'")
+
+
+@contextlib.contextmanager
+def chromium(profile: Path) -> Iterator[Browser]:
+    process = subprocess.Popen(
+        ["/usr/bin/chromium", "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+         "--remote-debugging-port=0", f"--user-data-dir={profile}", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        port_file, deadline = profile / "DevToolsActivePort", time.monotonic() + 30
+        while not (port_file.exists() and len(port_file.read_text().splitlines()) >= 2):
+            assert time.monotonic() < deadline and process.poll() is None, "chromium did not start"
+            time.sleep(0.1)
+        port = port_file.read_text().splitlines()[0]
+        targets = httpx.get(f"http://127.0.0.1:{port}/json").json()
+        page = next(t for t in targets if t["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None) as websocket:
+            yield Browser(websocket)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser_and_url(tmp_path_factory):
+    registry = shared_registry(tmp_path_factory.getbasetemp())
+    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", prefer_cuda=False)
+    with serve(create_app(ServingSettings(poll_seconds=3600, prefer_cuda=False), store=store)) as url, \
+            chromium(tmp_path_factory.mktemp("chromium")) as browser:
+        yield browser, url
+
+
+def test_page_predicts_a_molecule_and_draws_it(browser_and_url):
+    browser, url = browser_and_url
+    browser.open(url + "/")
+    browser.evaluate("document.getElementById('smiles').value = 'c1ccccc1O\\nnot a molecule'")
+    browser.evaluate("document.getElementById('predict-molecule').click()")
+    browser.wait_for("document.querySelectorAll('#molecule-table img.molecule').length === 1 && "
+                     "document.querySelector('#molecule-table img.molecule').complete && "
+                     "document.querySelector('#molecule-table img.molecule').naturalWidth > 0")
+    table = browser.evaluate("document.getElementById('molecule-table').innerText")
+    assert f"{MOLECULE_NAME} version 1" in table and "value" in table and "c1ccccc1O" in table
+    assert browser.evaluate("document.querySelectorAll('#molecule-table .error').length") == 1
+
+
+def test_page_plots_a_sensor_window_with_its_failure_probability(browser_and_url):
+    browser, url = browser_and_url
+    browser.open(url + "/")
+    browser.wait_for("document.getElementById('window').value.split('\\n').length === 17")  # header + 16 steps
+    browser.evaluate("document.getElementById('predict-sensor').click()")
+    text = browser.wait_for("document.getElementById('sensor-probability')?.innerText")
+    assert "failure probability" in text and f"{SENSOR_NAME} version 2" in text
+    assert browser.evaluate("document.querySelectorAll('#plot path.channel').length") == 3
+
+
+def test_api_docs_render_offline(browser_and_url):
+    browser, url = browser_and_url
+    browser.open(url + "/docs")
+    browser.wait_for("document.querySelectorAll('.opblock').length > 0")
+    assert browser.evaluate("document.body.innerText").count("/v1/sensor/predict") >= 1

@@ -1,0 +1,222 @@
+"""The fused molecule model: modality fallbacks, per-molecule attention, fitting, pretraining objectives,
+losses, conformal calibration and ONNX parity on unseen sizes (atoms, bonds, molecules, tokens)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from data.molecules.featurize import MODEL_INPUTS, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.tokenizer import SmilesTokenizer
+from models.export import CalibratedRegressorEnsemble, export_onnx
+from models.molecule.calibration import fit_conformal_scale, nominal_coverage
+from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig
+from models.molecule.network import MoleculePretrainer, info_nce
+from models.molecule.training import Molecules, build_model, focal_loss, loss_function, model_arrays, tensors
+from models.onnx_runtime import load_session, run
+
+SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1)
+HANDFUL = ["CCO", "c1ccccc1", "CC(=O)O", "C[N+](C)(C)C", "O", "CCCCCCCC", "Clc1ccc(Br)cc1", "C1CC1"]
+TOKENIZER = SmilesTokenizer.build([featurize_smiles(s).smiles for s in HANDFUL], max_length=24)
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """As training does on the CPU (models.molecule.training.single_thread_on_cpu): much faster on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def molecules(smiles: list[str]) -> Molecules:
+    graphs = [featurize_smiles(s) for s in smiles]
+    return Molecules(graphs, encode_tokens(graphs, TOKENIZER))
+
+
+def inputs(smiles, drop_tokens=(), drop_graph=()) -> dict[str, np.ndarray]:
+    data = molecules(smiles)
+    arrays = batch_inputs(data.graphs, [None if i in drop_tokens else t for i, t in enumerate(data.tokens)])
+    arrays["graph_mask"][list(drop_graph)] = 0.0
+    return arrays
+
+
+def forward(model, arrays) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(*tensors(arrays, CPU))
+
+
+def model(modalities="fused", seed=0):
+    torch.manual_seed(seed)
+    return build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"modalities": modalities}))
+
+
+def test_each_fallback_mode_gives_finite_outputs_that_use_the_present_view():
+    net = model()
+    smiles = ["CCO", "c1ccccc1O", "C"]
+    fused = forward(net, inputs(smiles))
+    graph_only = forward(net, inputs(smiles, drop_tokens=(0, 1, 2)))
+    smiles_only = forward(net, inputs(smiles, drop_graph=(0, 1, 2)))
+    neither = forward(net, inputs(smiles, drop_tokens=(0, 1, 2), drop_graph=(0, 1, 2)))
+    for out in (fused, graph_only, smiles_only, neither):
+        assert out.shape == (3,) and torch.isfinite(out).all()
+    assert not torch.allclose(fused, graph_only) and not torch.allclose(fused, smiles_only)
+    # graph only: the (absent) tokens do not matter; SMILES only: the (absent) graph's atom types do not matter
+    other = inputs(smiles, drop_graph=(0, 1, 2))
+    other["atom_features"][:, 0] = 0
+    assert torch.allclose(forward(net, other), smiles_only)
+    assert torch.allclose(forward(net, inputs(["CCN", "c1ccccc1O", "C"], drop_tokens=(0, 1, 2)))[1:], graph_only[1:])
+    assert torch.allclose(neither, neither[0].expand(3))  # nothing known: the same answer for all
+
+
+def test_attention_stays_inside_each_molecule():
+    net = model()
+    a = forward(net, inputs(["CCO", "c1ccccc1O", "CCCCN"]))
+    b = forward(net, inputs(["CCO", "Clc1ccc(Br)cc1", "CCCCN"]))  # only the middle molecule changes
+    assert torch.allclose(a[[0, 2]], b[[0, 2]], atol=1e-6) and not torch.allclose(a[1], b[1])
+    alone = forward(net, inputs(["CCCCN"]))
+    assert torch.allclose(alone, a[2:], atol=1e-6)
+
+
+def test_single_view_models_ignore_the_other_view():
+    graph_model, smiles_model = model("graph"), model("smiles")
+    base = inputs(["CCO", "c1ccccc1"])
+    no_tokens = inputs(["CCO", "c1ccccc1"], drop_tokens=(0, 1))
+    assert torch.allclose(forward(graph_model, base), forward(graph_model, no_tokens))
+    scrambled = dict(base, atom_features=np.zeros_like(base["atom_features"]))
+    assert torch.allclose(forward(smiles_model, base), forward(smiles_model, scrambled))
+
+
+def test_fused_model_fits_a_handful_and_its_fallbacks_stay_finite():
+    net = model()
+    y = torch.tensor([-0.5, 1.0, 0.3, -1.2, 2.0, -2.0, 0.8, -0.1])
+    batch = tensors(inputs(HANDFUL), CPU)
+    optimiser = torch.optim.Adam(net.parameters(), lr=1e-2)
+    net.train()
+    for _ in range(150):
+        optimiser.zero_grad()
+        loss = torch.nn.functional.mse_loss(net(*batch), y)
+        loss.backward()
+        optimiser.step()
+    assert loss.item() < 0.01
+    for arrays in (inputs(HANDFUL, drop_tokens=range(8)), inputs(HANDFUL, drop_graph=range(8))):
+        assert torch.isfinite(forward(net, arrays)).all()
+
+
+def test_training_augmentation_hides_at_most_one_view_per_molecule():
+    data = molecules(HANDFUL * 8)
+    arrays = model_arrays(data, np.random.default_rng(0), sign_flip=True, modality_dropout=0.3)
+    no_graph = arrays["graph_mask"] == 0
+    no_smiles = (arrays["tokens"] == 0).all(axis=1)
+    assert no_graph.any() and no_smiles.any() and not (no_graph & no_smiles).any()
+    plain = model_arrays(data)
+    assert (plain["graph_mask"] == 1).all() and not (plain["tokens"] == 0).all(axis=1).any()
+
+
+def test_pretraining_objectives_are_finite_and_leave_inputs_alone():
+    net = model()
+    objective = MoleculePretrainer(net, 13, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5, temperature=0.1)
+    batch = tensors(inputs(["CCO", "c1ccncc1", "CC(=O)O"]), CPU)
+    atoms, tokens = batch[0].clone(), batch[-1].clone()
+    hidden_atoms = torch.zeros(len(atoms), dtype=torch.bool)
+    hidden_atoms[[0, 4]] = True
+    hidden_tokens = torch.zeros_like(tokens, dtype=torch.bool)
+    hidden_tokens[:, 1] = True
+    total, parts = objective(*batch, hidden_atoms, hidden_tokens)
+    assert set(parts) == {"masked_atom", "masked_token", "contrastive"}
+    assert torch.isfinite(total) and all(v.item() > 0 for v in parts.values())
+    total.backward()
+    assert net.smiles_encoder.token_embedding.weight.grad.abs().sum() > 0
+    assert net.encoder.positional.weight.grad.abs().sum() > 0
+    assert torch.equal(batch[0], atoms) and torch.equal(batch[-1], tokens)
+
+
+def test_info_nce_prefers_aligned_pairs():
+    torch.manual_seed(0)
+    a = torch.randn(8, 16)
+    assert info_nce(a, a + 0.01 * torch.randn(8, 16), 0.1) < info_nce(a, a[torch.randperm(8)], 0.1)
+
+
+def test_losses_from_params():
+    logits, y = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, 0.0, 0.0])
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+    assert torch.isclose(focal_loss(logits, y, 0.0), bce)
+    assert focal_loss(logits, y, 2.0) < bce  # easy examples down-weighted
+    cfg = MoleculeFinetuneConfig(regression_loss="huber", huber_delta=0.5, classification_loss="focal")
+    assert torch.isclose(loss_function("regression", cfg)(torch.tensor([3.0]), torch.tensor([0.0])),
+                         torch.tensor(0.5 * (3.0 - 0.25)))
+    assert torch.isclose(loss_function("classification", cfg)(logits, y), focal_loss(logits, y, 2.0))
+
+
+def test_conformal_scale_covers_at_the_nominal_level():
+    rng = np.random.default_rng(0)
+    spread = rng.uniform(0.2, 2.0, 4000)
+    residuals = rng.standard_t(3, 4000) * spread  # heavy tails: a normal z would under-cover
+    scale = fit_conformal_scale(residuals[:1000], spread[:1000], 1.96)
+    covered = np.abs(residuals[1000:]) <= 1.96 * scale * spread[1000:]
+    assert abs(covered.mean() - nominal_coverage(1.96)) < 0.02
+    assert scale > 1.05  # t(3) is wider than a unit normal
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    torch.manual_seed(0)
+    ensemble = CalibratedRegressorEnsemble([model(seed=s) for s in (0, 1)], target_mean=-3.0, target_std=2.0,
+                                           scale=1.5).eval()
+    axes = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
+            "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
+            "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"}}
+    example = inputs(["CCN", "c1ccccc1", "CCO"])
+    path = export_onnx(ensemble, {k: torch.from_numpy(example[k]) for k in MODEL_INPUTS}, axes,
+                       ["value", "uncertainty"], tmp_path_factory.mktemp("onnx") / "molecule.onnx")
+    return ensemble, load_session(path, prefer_cuda=False)[0], path
+
+
+@pytest.mark.parametrize("smiles, drop_tokens, drop_graph", [
+    (["C"], (), ()),
+    (["CCO"] * 64, (), ()),
+    (["c1ccccc1O", "[Na+].[Cl-]", "CC(C)(C)N", "Clc1ccc(Br)cc1CCCCCCCC"], (1,), (2,)),
+    (["CCCCCCCCCCCCCCCCCCCC", "C1CC1"], (0, 1), ()),
+    (["CCCCCCCCCCCCCCCCCCCC", "C1CC1"], (), (0, 1)),
+])
+def test_onnx_matches_torch_on_unseen_sizes_and_fallbacks(exported, smiles, drop_tokens, drop_graph):
+    ensemble, session, _ = exported
+    arrays = inputs(smiles, drop_tokens, drop_graph)
+    out = run(session, arrays)
+    value, uncertainty = forward(ensemble, arrays)
+    assert out["value"].shape == (len(smiles),)
+    assert np.abs(out["value"] - value.numpy()).max() <= 1e-4
+    assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
+
+
+def test_bucketed_batches_cover_every_molecule_once_with_less_padding():
+    from models.molecule.training import bucketed_batches
+    data = molecules(HANDFUL * 16)
+    batches = list(bucketed_batches(data, 8, seed=0, bucket=4))
+    assert sorted(np.concatenate(batches).tolist()) == list(range(len(data)))
+    lengths = np.array([len(t) for t in data.tokens])
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    shuffled = np.random.default_rng(0).permutation(len(data))
+    plain = sum(8 * lengths[shuffled[i:i + 8]].max() for i in range(0, len(data), 8))
+    assert padded < plain
+    again = list(bucketed_batches(data, 8, seed=0, bucket=4))
+    assert all(np.array_equal(a, b) for a, b in zip(batches, again))
+
+
+def test_predictor_answers_from_smiles_with_errors_and_graph_only_fallback(exported):
+    from data.molecules.featurize import FEATURIZER_VERSION
+    from models.predictors import MoleculePredictor
+    ensemble, _, path = exported
+    card = {"task": "regression", "featurizer_version": FEATURIZER_VERSION, "tokenizer": TOKENIZER.to_dict()}
+    predictor = MoleculePredictor(path, card, prefer_cuda=False)
+    long = "C" * 40  # 40 tokens: more than max_length 24 takes
+    out = predictor.predict(["OCC", "C1CC", long, "[Na+].[Cl-]"])
+    assert out["error"][0] is None and "C1CC" in out["error"][1] and out["error"][2] is None
+    assert np.isfinite(out["prediction"][[0, 2, 3]]).all() and np.isnan(out["prediction"][1])
+    assert out["graph_only"].tolist() == [False, False, True, False]
+    expected, _ = forward(ensemble, inputs(["CCO"]))  # a raw SMILES is standardised and canonicalised first
+    assert abs(out["prediction"][0] - expected.item()) <= 1e-4
+    with pytest.raises(ValueError, match="featurizer version"):
+        MoleculePredictor(path, {**card, "featurizer_version": "1"}, prefer_cuda=False)

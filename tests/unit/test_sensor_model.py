@@ -1,0 +1,87 @@
+"""The sensor network: TCN + transformer encoder, positional encoding, heads, calibrated export."""
+
+import numpy as np
+import pytest
+import torch
+
+from models.calibration import calibrated_probability, fit_isotonic
+from models.export import export_onnx
+from models.onnx_runtime import load_session, run
+from models.sensor.calibrated import IsotonicCalibratedEnsemble, PiecewiseLinear, calibrated_ensemble
+from models.sensor.config import SensorModelConfig
+from models.sensor.encoder import SensorEncoder
+from models.sensor.network import ContrastiveModel, SensorClassifier
+from models.sensor.positional import SinusoidalPositionalEncoding
+
+TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.0, attention_layers=1, heads=2, projection=4)
+
+
+def test_positional_encoding_counts_back_from_the_most_recent_step():
+    pe = SinusoidalPositionalEncoding(8)
+    short, long = pe.encoding(5), pe.encoding(12)
+    assert short.shape == (5, 8)
+    assert torch.allclose(short[-1], torch.tensor([0.0, 1.0] * 4))  # position 0: sin 0, cos 0
+    assert torch.allclose(short, long[-5:])  # the same step keeps its code in a longer window
+    with pytest.raises(ValueError, match="even"):
+        SinusoidalPositionalEncoding(7)
+
+
+def test_tcn_part_is_causal_and_attention_mixes_the_window():
+    torch.manual_seed(0)
+    encoder = SensorEncoder(4, TINY).eval()
+    x = torch.randn(1, 4, 20)
+    changed = x.clone()
+    changed[..., 15:] += 3.0
+    tcn = lambda v: encoder.blocks(torch.relu(encoder.stem(v)))  # noqa: E731
+    # the stem ('same' padding, kernel 3) reaches one step ahead; the TCN blocks add no look-ahead
+    assert torch.allclose(tcn(x)[..., :14], tcn(changed)[..., :14])
+    # after attention, earlier steps see later ones
+    assert not torch.allclose(encoder.sequence(x)[..., :14], encoder.sequence(changed)[..., :14])
+    assert encoder(x).shape == (1, 16)
+
+
+def test_config_rejects_heads_that_do_not_divide_hidden():
+    with pytest.raises(ValueError, match="divisible"):
+        SensorModelConfig(hidden=10, heads=3)
+    SensorModelConfig(hidden=10, heads=3, attention_layers=0)  # no attention: no constraint
+
+
+def test_contrastive_model_gives_a_finite_loss_and_trains_the_encoder():
+    torch.manual_seed(0)
+    encoder = SensorEncoder(4, TINY)
+    model = ContrastiveModel(encoder, TINY, temperature=0.5)
+    x = torch.randn(6, 4, 16)
+    loss = model(x, x + 0.01 * torch.randn_like(x))
+    loss.backward()
+    assert torch.isfinite(loss) and encoder.stem.weight.grad.abs().sum() > 0
+
+
+def test_piecewise_linear_matches_numpy_interp():
+    knots_x, knots_y = [0.1, 0.3, 0.35, 0.8], [0.01, 0.2, 0.4, 0.95]  # increasing x, as IsotonicRegression gives
+    p = np.linspace(-0.2, 1.2, 301)
+    got = PiecewiseLinear(knots_x, knots_y)(torch.tensor(p, dtype=torch.float32)).numpy()
+    assert np.abs(got - np.interp(p, knots_x, knots_y)).max() < 1e-6
+
+
+def test_isotonic_ensemble_onnx_matches_torch_and_the_numpy_calibration(tmp_path):
+    torch.manual_seed(0)
+    members = [SensorClassifier(6, TINY).eval() for _ in range(2)]
+    rng = np.random.default_rng(0)
+    p = rng.random(300)
+    knots_x, knots_y = fit_isotonic(p, (rng.random(300) < p**2).astype(int))
+    calibration = {"method": "isotonic", "temperature": 1.0, "knots_x": knots_x, "knots_y": knots_y}
+    model = calibrated_ensemble(members, calibration).eval()
+    assert isinstance(model, IsotonicCalibratedEnsemble)
+    path = export_onnx(model, {"features": torch.randn(4, 6, 32)}, {"features": {0: "batch", 2: "time"}},
+                       ["probability", "uncertainty"], tmp_path / "sensor.onnx")
+    session, _ = load_session(path, prefer_cuda=False)
+    for shape in [(1, 6, 32), (7, 6, 50)]:
+        x = torch.randn(*shape)
+        out = run(session, {"features": x.numpy()})
+        with torch.no_grad():
+            probability, uncertainty = model(x)
+            logits = torch.stack([m(x) for m in members], dim=-1).numpy()
+        assert np.abs(out["probability"] - probability.numpy()).max() <= 1e-4
+        assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
+        # evaluation (numpy, from member logits) and serving (ONNX graph) agree
+        assert np.abs(calibrated_probability(logits, calibration) - out["probability"]).max() <= 1e-4
