@@ -47,15 +47,18 @@ def pr_curves(y: np.ndarray, scores: dict[str, np.ndarray], path: Path) -> Path:
 
 
 def reliability_diagram(y: np.ndarray, probabilities: dict[str, np.ndarray], path: Path, n_bins: int = 15) -> Path:
-    """Observed frequency against mean predicted probability per equal-width bin."""
-    fig, ax = plt.subplots(figsize=(4.5, 4))
+    """Observed frequency against mean predicted probability per equal-width bin (top), and how many
+    items fall in each bin (bottom, log scale): with rare positives most bins hold a handful."""
+    fig, (ax, counts) = plt.subplots(2, 1, figsize=(4.5, 5.2), sharex=True, height_ratios=[3, 1])
     ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
     edges = np.linspace(0, 1, n_bins + 1)
     for name, p in probabilities.items():
         bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
         used = [b for b in range(n_bins) if (bins == b).any()]
         ax.plot([p[bins == b].mean() for b in used], [y[bins == b].mean() for b in used], marker="o", label=name)
-    ax.set(xlabel="predicted probability", ylabel="observed frequency", title="reliability", xticks=edges[::3])
+        counts.stairs(np.bincount(bins, minlength=n_bins), edges, label=name)
+    ax.set(ylabel="observed frequency", title="reliability")
+    counts.set(xlabel="predicted probability", ylabel="items", yscale="log", xticks=edges[::3])
     ax.legend(fontsize=8)
     return _save(fig, path)
 
