@@ -18,9 +18,3 @@ def autocast(device: torch.device):
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
-
-def seed_everything(seed: int) -> None:
-    """Seed torch (CPU and CUDA) for reproducible runs."""
-    torch.manual_seed(seed)
-    if torch.cuda.is_available():
-        torch.cuda.manual_seed_all(seed)

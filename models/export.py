@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import nn
 from torch.export import Dim
@@ -42,6 +43,18 @@ class CalibratedRegressorEnsemble(nn.Module):
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, std = _mean_and_std(torch.stack([member(*inputs) for member in self.members], dim=-1))
         return self.target_mean + self.target_std * mean, self.target_std * self.scale * std
+
+
+PARITY_TOLERANCE = 1e-4
+
+
+def check_parity(expected: tuple[torch.Tensor, ...], got: list[np.ndarray],
+                 tolerance: float = PARITY_TOLERANCE) -> float:
+    """Max |ONNX Runtime - PyTorch| over matching outputs; raises when above `tolerance`."""
+    diff = max(float(np.abs(g - e.detach().numpy()).max()) for g, e in zip(got, expected))
+    if not diff <= tolerance:
+        raise RuntimeError(f"ONNX export differs from PyTorch by {diff:.2e} (> {tolerance})")
+    return diff
 
 
 def export_onnx(

@@ -18,12 +18,11 @@ from flows.paths import MOLECULE
 from flows.registry import sha256_file
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, export_onnx
+from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
 from models.metrics import classification_metrics, regression_metrics
 from models.molecule.training import model_arrays
 from models.predictors import MoleculePredictor
 
-PARITY_TOLERANCE = 1e-4
 INPUTS = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
           "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
           "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"}}
@@ -71,10 +70,7 @@ def parity(model, predictor: MoleculePredictor, molecules, smiles: list[str]) ->
     with torch.no_grad():
         expected = model(*(torch.from_numpy(arrays[name]) for name in MODEL_INPUTS))
     got = predictor.predict(smiles)
-    diff = max(float(np.abs(got[key] - e.numpy()).max()) for key, e in zip(["prediction", "uncertainty"], expected))
-    if not diff <= PARITY_TOLERANCE:
-        raise RuntimeError(f"ONNX export differs from PyTorch by {diff:.2e} (> {PARITY_TOLERANCE})")
-    return diff
+    return check_parity(expected, [got["prediction"], got["uncertainty"]])
 
 
 @flow(name="molecule-export")

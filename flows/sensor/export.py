@@ -18,12 +18,11 @@ from flows.registry import sha256_file
 from flows.sensor.artifacts import load_ensemble, load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.export import export_onnx
+from models.export import check_parity, export_onnx
 from models.metrics import classification_metrics
 from models.predictors import SensorPredictor
 from models.sensor.calibrated import calibrated_ensemble
 
-PARITY_TOLERANCE = 1e-4
 INPUTS = {"features": {0: "batch", 2: "time"}}
 OUTPUTS = ["probability", "uncertainty"]
 
@@ -39,10 +38,7 @@ def parity(model: torch.nn.Module, predictor: SensorPredictor, windows: np.ndarr
     with torch.no_grad():
         expected = model(torch.from_numpy(predictor.featurizer.transform(windows)))
     got = predictor.predict(windows)
-    diff = max(float(np.abs(got[name] - e.numpy()).max()) for name, e in zip(OUTPUTS, expected))
-    if not diff <= PARITY_TOLERANCE:
-        raise RuntimeError(f"ONNX export differs from PyTorch by {diff:.2e} (> {PARITY_TOLERANCE})")
-    return diff
+    return check_parity(expected, [got[name] for name in OUTPUTS])
 
 
 @flow(name="sensor-export")

@@ -61,11 +61,6 @@ def segment_pool(values: torch.Tensor, index: torch.Tensor, n_groups: int) -> to
     return torch.cat([sums / counts.clamp(min=1).unsqueeze(-1), sums / SIZE_NORM], dim=-1)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """(G, L, H) averaged over the positions where mask (G, L) is 1 -> (G, H); no position: zeros."""
-    return (values * mask.unsqueeze(-1)).sum(dim=1) / mask.sum(dim=1, keepdim=True).clamp(min=1)
-
-
 def masked_pool(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """(G, L, H) over the positions where mask (G, L) is 1 -> (G, 2H): [mean, sum / SIZE_NORM]."""
     sums = (values * mask.unsqueeze(-1)).sum(dim=1)

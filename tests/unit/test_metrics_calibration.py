@@ -60,3 +60,14 @@ def test_threshold_reaches_target_precision_with_most_recall():
     threshold = choose_threshold(y, p, target_precision=0.99)
     assert threshold == pytest.approx(0.6)  # alerts at >= 0.6: precision 1, recall 3/4
     assert choose_threshold(y, p, target_precision=0.7) == pytest.approx(0.3)  # 4/5 precision, all recall
+
+
+def test_parity_check_reports_and_rejects_differences():
+    import torch
+
+    from models.export import check_parity
+
+    expected = (torch.tensor([0.1, 0.2]), torch.tensor([1.0, 2.0]))
+    assert check_parity(expected, [np.array([0.1, 0.20005]), np.array([1.0, 2.0])]) == pytest.approx(5e-5, rel=1e-3)
+    with pytest.raises(RuntimeError, match="differs from PyTorch by 1.00e-03"):
+        check_parity(expected, [np.array([0.1, 0.2]), np.array([1.0, 2.001])])
