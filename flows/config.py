@@ -1,10 +1,12 @@
-"""Sections of params.yaml owned by the flows layer: tracking and the promotion gate."""
+"""Sections of params.yaml owned by the flows layer: tracking, the promotion gate and orchestration."""
 
 from __future__ import annotations
 
-from typing import Literal
+import math
+from typing import Any, Literal
 
-from pydantic import Field
+from prefect.client.schemas.schedules import CronSchedule
+from pydantic import Field, ValidationError, model_validator
 
 from data.config import StrictModel
 
@@ -17,6 +19,7 @@ class TrackingConfig(StrictModel):
 
     uri: str = "sqlite:///mlflow/mlflow.db"
     artifact_root: str = "mlflow/artifacts"
+    ui_url: str = Field("http://127.0.0.1:5000", description="the MLflow UI, for links in Prefect artifacts")
 
 
 class ExportConfig(StrictModel):
@@ -33,3 +36,59 @@ class RegistryConfig(StrictModel):
     mode: Literal["max", "min"] = Field(description="max: higher primary metric is better")
     tolerance: float = Field(0.0, ge=0, description="a challenger may be this much worse and still be promoted")
     max_calibration_error: float = Field(0.1, gt=0, description="ECE (classification) or |coverage - nominal| (regression) bound")
+
+
+class SchedulesConfig(StrictModel):
+    """Cron schedules of the deployments `make ui` serves (null: no schedule, run from the UI only)."""
+
+    data_refresh: str | None = Field("0 2 * * *", description="re-read the sources, version the prepared data")
+    retrain: str | None = Field("0 3 * * 0", description="data refresh, then the full pipeline of both families")
+    timezone: str = "UTC"
+
+    @model_validator(mode="after")
+    def _valid_with_prefect(self) -> "SchedulesConfig":
+        """Checked by Prefect's own CronSchedule (cron fields, IANA timezone), so serving cannot fail later."""
+        for name in ("data_refresh", "retrain"):
+            if getattr(self, name) is not None:
+                try:
+                    self.schedule(name)
+                except ValidationError as error:
+                    raise ValueError(f"{name}: {error.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+        return self
+
+    def schedule(self, name: str) -> CronSchedule | None:
+        """The Prefect schedule of deployment `name` (data_refresh | retrain), or None."""
+        cron = getattr(self, name)
+        return None if cron is None else CronSchedule(cron=cron, timezone=self.timezone)
+
+
+class OrchestrationConfig(StrictModel):
+    """Where flows run: schedules for the served deployments and the task runner of parallel tasks
+    (ensemble members, sweep trials). No stage's output depends on it, so no DVC stage declares it."""
+
+    schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
+    task_runner: Literal["threads", "dask"] = Field(
+        "threads", description="threads: in the flow's process; dask: on a Dask cluster (prefect-dask)")
+    max_workers: int = Field(
+        1, ge=1, description="threads: tasks at once (>1 is not bit-reproducible: threads share PyTorch's global RNG)")
+    dask_address: str | None = Field(None, description="dask: scheduler address (tcp://host:8786); null: a local cluster")
+    dask_workers: int = Field(2, ge=1, description="dask without an address: workers of the local cluster")
+
+
+class SweepConfig(StrictModel):
+    """A grid search over a family's fine-tuning: one parallel Prefect task per grid point (not a DVC stage)."""
+
+    grid: dict[str, list[Any]] = Field(
+        default_factory=lambda: {"finetune.lr": [0.001, 0.003], "model.hidden": [16, 32]},
+        description="keys under the family's section (e.g. finetune.lr, model.hidden) -> values; trials: the product")
+    max_trials: int = Field(64, ge=1, description="a larger grid is an error (say so rather than run for days)")
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> "SweepConfig":
+        empty = [key for key, values in self.grid.items() if not values]
+        if not self.grid or empty:
+            raise ValueError(f"the grid needs at least one key and one value per key (empty: {empty})")
+        trials = math.prod(len(values) for values in self.grid.values())
+        if trials > self.max_trials:
+            raise ValueError(f"the grid has {trials} trials, more than max_trials={self.max_trials}")
+        return self

@@ -5,15 +5,20 @@ An unknown key or a wrong type is an error that names the key (e.g. `sensor.data
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap
 
 from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows.config import ExportConfig, RegistryConfig, TrackingConfig
+from flows.config import ExportConfig, OrchestrationConfig, RegistryConfig, SweepConfig, TrackingConfig
 from models.molecule.config import (
     MoleculeCalibrateConfig,
     MoleculeFinetuneConfig,
@@ -38,6 +43,7 @@ class SensorParams(StrictModel):
     finetune: SensorFinetuneConfig = Field(default_factory=SensorFinetuneConfig)
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
     baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
+    sweep: SweepConfig = Field(default_factory=SweepConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
@@ -64,6 +70,7 @@ class Params(StrictModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     sensor: SensorParams = Field(default_factory=SensorParams)
     molecule: MoleculeParams = Field(default_factory=MoleculeParams)
+    orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
 
 class ParamsError(ValueError):
@@ -81,8 +88,53 @@ def load_params(path: str | Path = DEFAULT_PARAMS) -> Params:
         raise ParamsError(f"{path}: not valid YAML: {error}") from None
     if not isinstance(raw, dict):
         raise ParamsError(f"{path}: the top level must be a mapping of sections")
+    return _validated(raw, str(path))
+
+
+def _validated(raw: dict, where: str) -> Params:
     try:
         return Params.model_validate(raw)
     except ValidationError as error:
         lines = [f"  {'.'.join(str(part) for part in e['loc']) or '(top level)'}: {e['msg']}" for e in error.errors()]
-        raise ParamsError(f"{path}: invalid parameters:\n" + "\n".join(lines)) from None
+        raise ParamsError(f"{where}: invalid parameters:\n" + "\n".join(lines)) from None
+
+
+def with_overrides(params: Params, overrides: dict[str, Any]) -> Params:
+    """`params` with dotted keys set, e.g. {"sensor.finetune.epochs": 3}; ParamsError names an unknown or
+    invalid key."""
+    raw = params.model_dump(mode="json")
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = raw
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            raise ParamsError(f"unknown parameter '{key}'")
+        node[leaf] = value
+    return _validated(raw, "overrides")
+
+
+def write_overrides(path: str | Path, overrides: dict[str, Any]) -> Params:
+    """Set dotted keys in the params file itself, keeping its comments and layout (ruamel.yaml round trip).
+
+    Validated first and written atomically: a bad override raises ParamsError and leaves the file as it was.
+    Returns the new parameters.
+    """
+    path = Path(path)
+    params = with_overrides(load_params(path), overrides)
+    document = YAML()  # round-trip mode
+    document.preserve_quotes, document.width = True, 4096
+    document.representer.add_representer(type(None), lambda r, _: r.represent_scalar("tag:yaml.org,2002:null", "null"))
+    data = document.load(path.read_text())
+    for key, value in overrides.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, CommentedMap())
+        node[leaf] = value
+    buffer = io.StringIO()
+    document.dump(data, buffer)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(buffer.getvalue())
+    os.replace(tmp, path)
+    return params

@@ -9,14 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import typer
 from tabulate import tabulate
 
-from flows._environment import workspace
+from flows.dvc import DvcError, run_dvc
 from flows.paths import MOLECULE, SENSOR
 from flows.server import prefect_server
 
@@ -24,14 +21,15 @@ app = typer.Typer(add_completion=False, help=__doc__)
 
 SHOWN = {"sensor": ["pr_auc", "roc_auc", "recall_at_p90", "f2", "brier", "ece"],
          "molecule": ["rmse", "mae", "r2", "coverage", "roc_auc", "pr_auc", "ece"]}
+SUMMARY_HEADERS = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
 
 
 def _dvc(*args: str, env: dict[str, str]) -> None:
-    venv_bin = str(Path(sys.executable).parent)
-    env = {**env, "PATH": venv_bin + os.pathsep + env.get("PATH", "")}
-    result = subprocess.run([str(Path(venv_bin) / "dvc"), *args], cwd=workspace(), env=env)
-    if result.returncode != 0:
-        raise typer.Exit(result.returncode)
+    try:
+        run_dvc(*args, env=env)
+    except DvcError as error:
+        typer.secho(str(error), fg="red", err=True)
+        raise typer.Exit(1) from None
 
 
 def summary_rows() -> list[list[str]]:
@@ -53,8 +51,7 @@ def summary_rows() -> list[list[str]]:
 @app.command()
 def summary() -> None:
     """Print test metrics next to the baselines, registered versions and promotion decisions."""
-    headers = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
-    typer.echo(tabulate(summary_rows(), headers=headers, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
+    typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
     typer.echo(
         "\nWhere to look next:\n"
         "  metrics/*.json, metrics/*_predictions.csv   test metrics and per-item predictions\n"

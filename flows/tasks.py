@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from collections.abc import Callable
 
 import typer
-from prefect import task
+from prefect import Flow, task
 from prefect.cache_policies import NO_CACHE
 
 from data.errors import DataValidationError
-from flows.params import ParamsError
+from flows.params import ParamsError, load_params
+from flows.runners import task_runner
 
 BAD_INPUT = (DataValidationError, ParamsError)
 
@@ -53,16 +53,18 @@ def _quiet_bad_input_tracebacks() -> None:
         handler.addFilter(_NoTracebackForBadInput())
 
 
-def stage_cli(flow: Callable[..., object]) -> None:
+def stage_cli(flow: Flow) -> None:
     """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
 
+    The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
     Bad input or bad params exit with status 2 and a one-paragraph message, no traceback.
     """
 
     def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
         _quiet_bad_input_tracebacks()
         try:
-            flow(params_file=params)
+            runner = task_runner(load_params(params).orchestration)
+            flow.with_options(task_runner=runner)(params_file=params)
         except BAD_INPUT as error:
             typer.secho(f"error: {error}", fg="red", err=True)
             sys.exit(2)

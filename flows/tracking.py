@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import mlflow
+from mlflow.entities import Run
+from prefect.artifacts import create_markdown_artifact
+from prefect.context import FlowRunContext
 
 from flows._environment import workspace
 from flows.config import TrackingConfig
@@ -74,6 +77,26 @@ def stage_run(
             mlflow.set_tags(dataset_tags(name, path))
         mlflow.log_params({k: str(v)[:6000] for k, v in flatten("", params).items()})
         yield run
+    publish_run_artifact(cfg, family, stage, run.info.run_id)
+
+
+def run_link(cfg: TrackingConfig, run: Run) -> str:
+    """The run's page in the MLflow UI."""
+    return f"{cfg.ui_url.rstrip('/')}/#/experiments/{run.info.experiment_id}/runs/{run.info.run_id}"
+
+
+def publish_run_artifact(cfg: TrackingConfig, family: str, stage: str, run_id: str) -> None:
+    """A Prefect artifact on the current flow run: the MLflow run's metrics as a markdown table and a link
+    to it. Nothing outside a flow run (e.g. in benchmarks)."""
+    if FlowRunContext.get() is None:
+        return
+    run = mlflow.get_run(run_id)
+    rows = "\n".join(f"| {name} | {value:.6g} |" for name, value in sorted(run.data.metrics.items()))
+    table = f"| metric | value |\n|---|---|\n{rows}" if rows else "_no metrics logged_"
+    create_markdown_artifact(
+        f"### {family} {stage}\n\n{table}\n\nMLflow run: [{run.info.run_name}]({run_link(cfg, run)})",
+        key=f"{family}-{stage}", description=f"{family} {stage}: metrics and MLflow run",
+    )
 
 
 def log_json(obj: Any, artifact_file: str) -> None:

@@ -1,13 +1,20 @@
-"""`make ui`: the Prefect UI on 127.0.0.1:4200 and the MLflow UI on 127.0.0.1:5000, until Ctrl-C.
+"""`make ui`: the Prefect UI on 127.0.0.1:4200 with the project's deployments served (schedules from
+`orchestration.schedules`), and the MLflow UI on 127.0.0.1:5000, until Ctrl-C.
 
-Both read the project's own stores (.prefect/prefect.db, mlflow/mlflow.db); Ctrl-C stops both.
+Both servers read the project's own stores (.prefect/prefect.db, mlflow/mlflow.db). Ctrl-C stops the
+deployments runner first (its schedules are paused until the next `make ui`), then both servers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+
+import typer
 
 from flows.params import load_params
 from flows.server import prefect_server
@@ -16,22 +23,40 @@ from flows.tracking import tracking_uri
 PREFECT_PORT, MLFLOW_PORT = 4200, 5000
 
 
-def main() -> None:
-    uri = tracking_uri(load_params().tracking)
-    mlflow_ui = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", uri,
-                                  "--host", "127.0.0.1", "--port", str(MLFLOW_PORT), "--workers", "1"])
+@contextlib.contextmanager
+def child(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """A child process; on exit it gets a moment to finish (Ctrl-C in the terminal reaches it too), then
+    SIGTERM, then SIGKILL."""
+    process = subprocess.Popen(command, env=env)
     try:
-        with prefect_server(port=PREFECT_PORT, ui=True):
-            print(f"Prefect UI: http://127.0.0.1:{PREFECT_PORT}   MLflow UI: http://127.0.0.1:{MLFLOW_PORT}"
-                  "   (Ctrl-C stops both)", flush=True)
-            while mlflow_ui.poll() is None:
-                time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+        yield process
     finally:
-        mlflow_ui.terminate()
-        mlflow_ui.wait(timeout=20)
+        for stop, grace in ((None, 15), (process.terminate, 20), (process.kill, 5)):
+            if stop is not None:
+                stop()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=grace)
+                break
+
+
+def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+    config = load_params(params)
+    mlflow_ui = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(config.tracking),
+                 "--host", "127.0.0.1", "--port", str(MLFLOW_PORT), "--workers", "1"]
+    try:
+        # MLflow's job runner (GenAI background jobs, five worker processes) is not needed for browsing runs
+        with child(mlflow_ui, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}), prefect_server(port=PREFECT_PORT, ui=True) as api_url, \
+                child([sys.executable, "-m", "flows.deployments", "--params", params],
+                      env={**os.environ, "PREFECT_API_URL": api_url}) as runner:
+            print(f"Prefect UI: http://127.0.0.1:{PREFECT_PORT}   MLflow UI: http://127.0.0.1:{MLFLOW_PORT}\n"
+                  "Deployments: sensor-pipeline/sensor, molecule-pipeline/molecule, data-refresh/nightly, "
+                  "retrain/weekly   (Ctrl-C stops everything)", flush=True)
+            while runner.poll() is None:
+                time.sleep(1)
+            print(f"the deployments runner exited with status {runner.returncode}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("stopping ...", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    typer.run(main)

@@ -1,5 +1,6 @@
 """A small, shared training loop: AdamW, early stopping on a validation score, best weights kept,
-and optional per-epoch checkpoints so that an interrupted run resumes where it stopped."""
+optional per-epoch checkpoints so that an interrupted run resumes where it stopped, and optional
+data parallelism across torchrun processes (models/distributed.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from models.device import autocast
+from models.distributed import DistributedContext
 
 
 @dataclass
@@ -46,6 +49,7 @@ def train(
     desc: str = "train",
     checkpoint: str | Path | None = None,
     checkpoint_key: str = "",
+    distributed: DistributedContext | None = None,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -56,6 +60,15 @@ def train(
     When it exists with the same `checkpoint_key` (describe the data and settings there), training
     resumes after its last epoch and ends as an uninterrupted run would, provided batches(epoch)
     depends only on the epoch (seed it from the epoch). A checkpoint with another key is ignored.
+
+    distributed: train data-parallel inside a torchrun process group (pass its device as `device`).
+    Every rank must get the same global batches from batches(epoch); each runs loss_step on its own
+    equal shard of each (DistributedContext.shard_batch: the last B % world_size rows are dropped, a
+    batch of fewer rows than ranks is skipped) and DDP averages the gradients. That is the gradient of
+    the global batch when loss_step returns a plain mean over rows; a loss normalised per batch
+    otherwise (a weighted mean, dropping the largest losses) is then normalised per shard instead.
+    train_loss is averaged over ranks; rank 0 validates and broadcasts its score, so every rank stops
+    at the same epoch with the same weights; rank 0 alone writes the checkpoint (a path all can read).
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -72,25 +85,34 @@ def train(
             result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
             best_state, stale, stopped = state["best_state"], state["stale"], state["stopped"]
             start = state["epoch"] + 1
-    progress = tqdm(range(start, epochs), desc=desc, unit="epoch", leave=False)
+    main = distributed is None or distributed.is_main
+    net = model if distributed is None else DistributedDataParallel(model)
+    progress = tqdm(range(start, epochs), desc=desc, unit="epoch", leave=False, disable=not main)
     for epoch in progress:
         if stopped:
             break
         model.train()
         total, count = 0.0, 0
         for batch in batches(epoch):
+            if distributed is not None:
+                batch = distributed.shard_batch(batch)
+                if batch is None:
+                    continue
             optimiser.zero_grad(set_to_none=True)
             with autocast(device):
-                loss = loss_step(model, batch)
+                loss = loss_step(net, batch)
             loss.backward()
             optimiser.step()
             total += float(loss.detach())
             count += 1
         record = {"epoch": epoch, "train_loss": total / max(count, 1)}
+        if distributed is not None:
+            record["train_loss"] = distributed.all_reduce_mean(record["train_loss"])
         if validate is not None:
             model.eval()
             with torch.no_grad():
-                record["val_score"] = float(validate(model))
+                score = float(validate(model)) if main else 0.0  # the other ranks take rank 0's score
+            record["val_score"] = score if distributed is None else distributed.broadcast(score)
             if record["val_score"] > result.best_score:
                 result.best_score, result.best_epoch = record["val_score"], epoch
                 best_state = copy.deepcopy(model.state_dict())
@@ -100,12 +122,14 @@ def train(
         result.history.append(record)
         progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
         stopped = patience is not None and stale > patience
-        if checkpoint is not None:
+        if checkpoint is not None and main:
             _save_atomic({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
                           "optimiser": optimiser.state_dict(), "rng": torch.get_rng_state(),
                           "history": result.history, "best_score": result.best_score,
                           "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
                           "stopped": stopped}, checkpoint)
+        if checkpoint is not None and distributed is not None:
+            distributed.barrier()
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()

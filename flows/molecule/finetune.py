@@ -1,4 +1,5 @@
-"""Stage `molecule_finetune`: train the ensemble members from the pretrained encoder."""
+"""Stage `molecule_finetune`: train the ensemble members from the pretrained encoder, as parallel Prefect
+tasks on the `orchestration` task runner (threads or Dask)."""
 
 from __future__ import annotations
 
@@ -47,11 +48,12 @@ def molecule_finetune(params_file: str = "params.yaml") -> None:
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "molecule", "finetune", logged, {"molecule": MOLECULE.prepared}):
         mlflow.set_tag("started_from_pretrained", str(pretrained_state is not None))
+        futures = [train_member.submit(train_data, (train_y - mean) / std, val_data, (val_y - mean) / std, task,
+                                       cfg.model, cfg.finetune, pretrained_state, tokenizer, cfg.finetune.seed + index)
+                   for index in range(cfg.finetune.ensemble_size)]
         members, histories = [], []
-        for index in range(cfg.finetune.ensemble_size):
-            seed = cfg.finetune.seed + index
-            member, result = train_member(train_data, (train_y - mean) / std, val_data, (val_y - mean) / std,
-                                          task, cfg.model, cfg.finetune, pretrained_state, tokenizer, seed)
+        for index, future in enumerate(futures):
+            member, result = future.result()
             members.append(member)
             histories.append(result.history)
             for record in result.history:

@@ -1,27 +1,65 @@
 """Stage `sensor_finetune`: train the ensemble members on labelled windows, from the pretrained encoder.
 
+The members are parallel Prefect tasks on the `orchestration` task runner (threads or Dask).
 Each member checkpoints every epoch under artifacts/sensor/checkpoints/; a killed stage resumes from
 there when rerun with the same data and settings; the checkpoints are removed once the ensemble is saved.
+
+One large model across processes or machines: launch the stage with torchrun, e.g.
+`torchrun --nproc-per-node 4 -m flows.sensor.finetune` (gloo on CPU, NCCL with one GPU per process).
+Each member then trains data-parallel (DDP) on all processes, one member after the other; rank 0 runs
+the Prefect flow and writes the MLflow run and the artifacts, the other ranks only train.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 
 import mlflow
 import numpy as np
 import torch
+import typer
 from prefect import flow
 
 from data.sensors.featurize import WindowFeaturizer
 from flows import plots
-from flows.params import load_params
+from flows.params import Params, load_params
 from flows.paths import SENSOR
 from flows.sensor.artifacts import load_windows, save_ensemble
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device
+from models.distributed import DistributedContext, process_group
 from models.sensor.training import finetune_member
+from models.training import TrainResult
+
+
+@dataclass
+class FinetuneInputs:
+    """Featurised windows (n, 2C, T), labels (n,), the fitted featurizer and the pretrained encoder's weights."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    val_x: np.ndarray
+    val_y: np.ndarray
+    featurizer: WindowFeaturizer
+    encoder_state: dict | None
+
+
+def load_inputs(use_pretrained: bool, in_flow: bool = True) -> FinetuneInputs:
+    """What every member trains on (in_flow=False: outside a Prefect flow run, tasks called as functions)."""
+    prepared = load_windows() if in_flow else load_windows.fn()
+    train, val = prepared.windows["train"], prepared.windows["val"]
+    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
+    encoder_state = None
+    if use_pretrained:
+        encoder_state = torch.load(SENSOR.pretrained, map_location="cpu", weights_only=False)["encoder"]
+    return FinetuneInputs(featurizer.transform(train.X), train.y, featurizer.transform(val.X), val.y, featurizer,
+                          encoder_state)
+
+
+def _checkpoint(index: int):
+    return (SENSOR.artifacts / "checkpoints" / f"member{index}.pt").resolve()
 
 
 @compute_task(name="finetune-member", task_run_name="finetune-member-{seed}")
@@ -30,27 +68,32 @@ def train_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, 
                            checkpoint=checkpoint)
 
 
+def train_members(inputs: FinetuneInputs, params: Params,
+                  distributed: DistributedContext | None) -> list[tuple[torch.nn.Module, TrainResult]]:
+    """All members: parallel tasks, or under torchrun one after the other, each data-parallel on every rank."""
+    cfg = params.sensor
+    args = (inputs.train_x, inputs.train_y, inputs.val_x, inputs.val_y, cfg.model, cfg.finetune, inputs.encoder_state)
+    seeds = [cfg.finetune.seed + index for index in range(cfg.finetune.ensemble_size)]
+    if distributed is not None:
+        return [finetune_member(*args, seed, pick_device(), checkpoint=_checkpoint(index), distributed=distributed)
+                for index, seed in enumerate(seeds)]
+    futures = [train_member.submit(*args, seed, _checkpoint(index)) for index, seed in enumerate(seeds)]
+    return [future.result() for future in futures]
+
+
 @flow(name="sensor-finetune")
 def sensor_finetune(params_file: str = "params.yaml") -> None:
     """Fine-tune `sensor.finetune.ensemble_size` members; early stopping on validation PR-AUC."""
     params = load_params(params_file)
+    distributed = DistributedContext.from_env()
     cfg = params.sensor
-    prepared = load_windows()
-    train, val = prepared.windows["train"], prepared.windows["val"]
-    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
-    train_x, val_x = featurizer.transform(train.X), featurizer.transform(val.X)
-    encoder_state = None
-    if cfg.finetune.use_pretrained:
-        encoder_state = torch.load(SENSOR.pretrained, map_location="cpu", weights_only=False)["encoder"]
-    checkpoints = SENSOR.artifacts / "checkpoints"
+    inputs = load_inputs(cfg.finetune.use_pretrained)
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
-        mlflow.set_tag("started_from_pretrained", str(encoder_state is not None))
+        mlflow.set_tags({"started_from_pretrained": str(inputs.encoder_state is not None),
+                         "processes": str(distributed.world_size if distributed else 1)})
         members, histories = [], []
-        for index in range(cfg.finetune.ensemble_size):
-            seed = cfg.finetune.seed + index
-            member, result = train_member(train_x, train.y, val_x, val.y, cfg.model, cfg.finetune, encoder_state, seed,
-                                          checkpoints / f"member{index}.pt")
+        for index, (member, result) in enumerate(train_members(inputs, params, distributed)):
             if result.resumed_from is not None:
                 print(f"member {index} resumed after epoch {result.resumed_from} from its checkpoint")
             members.append(member)
@@ -59,8 +102,8 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
                 mlflow.log_metric(f"member{index}_train_loss", record["train_loss"], step=record["epoch"])
                 mlflow.log_metric(f"member{index}_val_pr_auc", record["val_score"], step=record["epoch"])
             mlflow.log_metric(f"member{index}_best_val_pr_auc", result.best_score)
-        save_ensemble(SENSOR.finetuned, members, cfg.model, featurizer, histories)
-        shutil.rmtree(checkpoints, ignore_errors=True)
+        save_ensemble(SENSOR.finetuned, members, cfg.model, inputs.featurizer, histories)
+        shutil.rmtree(SENSOR.artifacts / "checkpoints", ignore_errors=True)
         figure = plots.training_curves(
             {f"member {i}": h for i, h in enumerate(histories)}, SENSOR.plots / "training_curves.png", "PR-AUC"
         )
@@ -69,5 +112,24 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
     print(f"sensor ensemble of {len(members)} trained; best validation PR-AUC per member: {np.round(best, 4).tolist()}")
 
 
+def follow(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+    """A torchrun rank other than 0: the same training steps as rank 0, nothing written."""
+    loaded = load_params(params)
+    train_members(load_inputs(loaded.sensor.finetune.use_pretrained, in_flow=False), loaded, DistributedContext.from_env())
+
+
+def main() -> None:
+    """The stage's command line; under torchrun rank 0 runs the flow and the other ranks follow it."""
+    distributed = DistributedContext.from_env()
+    if distributed is None:
+        stage_cli(sensor_finetune)
+        return
+    with process_group(distributed):
+        if distributed.is_main:
+            stage_cli(sensor_finetune)
+        else:
+            typer.run(follow)
+
+
 if __name__ == "__main__":
-    stage_cli(sensor_finetune)
+    main()

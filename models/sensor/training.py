@@ -19,6 +19,7 @@ from torch import nn
 
 from data.sensors.augment import augment
 from models.batching import index_batches
+from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
 from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
@@ -136,12 +137,16 @@ def finetune_member(
     seed: int,
     device: torch.device,
     checkpoint: str | Path | None = None,
+    distributed: DistributedContext | None = None,
 ) -> tuple[SensorClassifier, TrainResult]:
     """One ensemble member: the configured loss, sampling, mixup and curriculum; early stopping on
     validation PR-AUC; a checkpoint every epoch at `checkpoint` (resumed when it matches).
 
     train_x, val_x: (n, 2C, T) features; train_y, val_y: (n,) 0/1.
+    distributed: data-parallel in a torchrun process group (models/training.train), on its device.
     """
+    if distributed is not None:
+        device = distributed.device()
     torch.manual_seed(seed)
     model = SensorClassifier(train_x.shape[1], model_cfg)
     if encoder_state is not None:
@@ -177,6 +182,6 @@ def finetune_member(
     result = train(
         model, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
-        checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "",
+        checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
     )
     return model.cpu(), result

@@ -1,11 +1,12 @@
 """params.yaml validation: unknown keys and wrong types are errors that name the key."""
 
+import difflib
 from pathlib import Path
 
 import pytest
 import yaml
 
-from flows.params import Params, ParamsError, load_params
+from flows.params import Params, ParamsError, load_params, with_overrides, write_overrides
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -59,3 +60,52 @@ def test_missing_and_malformed_files(tmp_path):
     bad.write_text("sensor: [unclosed")
     with pytest.raises(ParamsError, match="not valid YAML"):
         load_params(bad)
+
+
+def test_write_overrides_sets_keys_and_keeps_comments(tmp_path):
+    path = tmp_path / "params.yaml"
+    path.write_text((PROJECT / "params.yaml").read_text())
+    params = write_overrides(path, {"sensor.finetune.epochs": 3, "sensor.finetune.seed": 7, "molecule.data.path": "m.csv"})
+    assert (params.sensor.finetune.epochs, params.sensor.finetune.seed) == (3, 7)
+    reloaded = load_params(path)
+    assert (reloaded.sensor.finetune.epochs, reloaded.sensor.finetune.seed, str(reloaded.molecule.data.path)) == (3, 7, "m.csv")
+    text = path.read_text()
+    assert "# The single source of truth" in text and "# time steps per window" in text
+    diff = difflib.unified_diff((PROJECT / "params.yaml").read_text().splitlines(), text.splitlines(), lineterm="")
+    added = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
+    assert len(added) == 3  # epochs, the new seed line, path: nothing else reformatted
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"sensor.finetune.epochz": 3}, "unknown parameter 'sensor.finetune.epochz'"),
+    ({"sensor.finetune.epochs": "many"}, r"sensor\.finetune\.epochs: Input should be a valid integer"),
+    ({"orchestration.schedules.retrain": "61 * * * *"}, "Invalid cron string"),
+])
+def test_bad_override_is_named_and_leaves_the_file_untouched(tmp_path, overrides, message):
+    path = tmp_path / "params.yaml"
+    path.write_text((PROJECT / "params.yaml").read_text())
+    with pytest.raises(ParamsError, match=message):
+        write_overrides(path, overrides)
+    assert path.read_text() == (PROJECT / "params.yaml").read_text()
+
+
+def test_with_overrides_leaves_the_original_alone():
+    params = load_params(PROJECT / "params.yaml")
+    changed = with_overrides(params, {"sensor.model.hidden": 48})
+    assert changed.sensor.model.hidden == 48 and params.sensor.model.hidden != 48
+
+
+def test_schedules_are_checked_by_prefects_cron_and_timezone(tmp_path):
+    with pytest.raises(ParamsError, match=r"orchestration\.schedules.*retrain: Invalid cron string"):
+        load_params(write(tmp_path, {"orchestration": {"schedules": {"retrain": "0 3 * *"}}}))
+    with pytest.raises(ParamsError, match="Invalid timezone"):
+        load_params(write(tmp_path, {"orchestration": {"schedules": {"timezone": "Mars/Olympus"}}}))
+    schedules = load_params(write(tmp_path, {"orchestration": {"schedules": {"data_refresh": None}}})).orchestration.schedules
+    assert schedules.schedule("data_refresh") is None and schedules.schedule("retrain").cron == "0 3 * * 0"
+
+
+def test_sweep_grid_must_be_small_and_non_empty(tmp_path):
+    with pytest.raises(ParamsError, match="at least one key"):
+        load_params(write(tmp_path, {"sensor": {"sweep": {"grid": {"finetune.lr": []}}}}))
+    with pytest.raises(ParamsError, match="9 trials, more than max_trials=4"):
+        load_params(write(tmp_path, {"sensor": {"sweep": {"grid": {"a": [1, 2, 3], "b": [1, 2, 3]}, "max_trials": 4}}}))

@@ -1,0 +1,56 @@
+"""Serve the deployments of flows/orchestration.py on the Prefect server at PREFECT_API_URL, with the
+schedules of `orchestration.schedules`, until Ctrl-C (`make ui` starts it next to the servers).
+
+    PREFECT_API_URL=http://127.0.0.1:4200/api python -m flows.deployments
+
+One flow run at a time: the runs share one workspace (DVC takes a lock; the MLflow SQLite store wants one
+writer). A real server is needed: schedules cannot be served on an ephemeral one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+from prefect import serve
+from prefect.deployments.runner import EntrypointType, RunnerDeployment
+
+from flows.config import SchedulesConfig
+from flows.orchestration import data_refresh, molecule_pipeline, retrain, sensor_pipeline
+from flows.params import ParamsError, load_params
+
+TAGS = ["failsafe-ml"]
+
+
+def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
+    """The four deployments: both family pipelines (run on demand), the data refresh and the retrain (scheduled)."""
+    def deploy(flow, name: str, description: str, schedule_name: str | None = None) -> RunnerDeployment:
+        schedule = schedules.schedule(schedule_name) if schedule_name else None
+        return flow.to_deployment(name=name, description=description, tags=TAGS, paused=False,
+                                  schedules=[schedule] if schedule else None,
+                                  entrypoint_type=EntrypointType.MODULE_PATH)
+
+    return [
+        deploy(sensor_pipeline, "sensor", "Sensor failure detector: prepare -> register, parameters into params.yaml"),
+        deploy(molecule_pipeline, "molecule", "Molecular property model: prepare -> register"),
+        deploy(data_refresh, "nightly", "Re-read the sources and version the prepared data", "data_refresh"),
+        deploy(retrain, "weekly", "Data refresh, then both pipelines", "retrain"),
+    ]
+
+
+def main(params: str = typer.Option("params.yaml", help="parameters file (its orchestration.schedules)")) -> None:
+    if not os.environ.get("PREFECT_API_URL"):
+        typer.secho("error: PREFECT_API_URL is not set; schedules need a running Prefect server (make ui starts one)",
+                    fg="red", err=True)
+        sys.exit(2)
+    try:
+        schedules = load_params(params).orchestration.schedules
+    except ParamsError as error:
+        typer.secho(f"error: {error}", fg="red", err=True)
+        sys.exit(2)
+    serve(*deployments(schedules), limit=1, print_starting_message=True)
+
+
+if __name__ == "__main__":
+    typer.run(main)

@@ -1,0 +1,134 @@
+"""The flows people run from the Prefect UI: each family's pipeline, the data refresh and the retrain.
+
+They drive the same `dvc repro` as `make run`, so a run from the UI leaves the DVC outputs, dvc.lock and
+the MLflow runs exactly as the command line would: one code path. Parameters given in the UI are
+written into params.yaml first (validated, comments kept), as `dvc exp run --set-param` would, so that
+`dvc status` afterwards describes what was run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from tabulate import tabulate
+
+from flows.dvc import run_dvc
+from flows.lineage import dvc_md5
+from flows.params import ParamsError, load_params, write_overrides
+from flows.paths import MOLECULE, SENSOR
+from flows.pipeline import SUMMARY_HEADERS, summary_rows
+from flows.tasks import io_task
+
+FAMILIES = {"sensor": SENSOR, "molecule": MOLECULE}
+BUILT_IN_SOURCES = {"sensor": "simulator", "molecule": "solubility"}
+
+
+def family_overrides(family: str, data_source: str | None, data_path: str | None, epochs: int | None,
+                     seed: int | None, overrides: dict[str, Any] | None) -> dict[str, Any]:
+    """The UI's parameters as dotted params.yaml keys of `family` (explicit `overrides` win)."""
+    out: dict[str, Any] = {}
+    if data_path is not None:
+        out[f"{family}.data.path"] = data_path
+        if family == "molecule":
+            out["molecule.data.source"] = data_source or "file"
+    if data_source is not None:
+        out[f"{family}.data.source"] = data_source
+    if epochs is not None:
+        out[f"{family}.finetune.epochs"] = epochs
+    if seed is not None:
+        out.update({f"{family}.{section}.seed": seed for section in ("data", "pretrain", "finetune")})
+    return {**out, **(overrides or {})}
+
+
+@io_task(name="apply-parameters")
+def apply_parameters(overrides: dict[str, Any], params_file: str) -> None:
+    """Write the run's parameters into params.yaml; bad ones fail the run before anything else changes."""
+    logger = get_run_logger()
+    if not overrides:
+        logger.info("no parameters given: running params.yaml as it is")
+        return
+    params = write_overrides(params_file, overrides)
+    for family, source in BUILT_IN_SOURCES.items():
+        data = getattr(params, family).data
+        if data.path is not None and data.source == source:
+            raise ParamsError(f"{family}.data.path is set but {family}.data.source is '{source}', which reads no file; "
+                              "give data_source too")
+    logger.info("params.yaml updated: %s", ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
+
+
+@io_task(name="dvc", task_run_name="dvc {command}")
+def dvc(command: str) -> None:
+    """One dvc command, its output in the task's log."""
+    run_dvc(*command.split(), log=get_run_logger().info)
+
+
+def _publish_summary(key: str, title: str, families: list[str]) -> None:
+    rows = [row for row in summary_rows() if row[0] in families]
+    table = tabulate(rows, headers=SUMMARY_HEADERS, tablefmt="github")
+    create_markdown_artifact(f"### {title}\n\n{table}\n\nEach stage's flow run links its MLflow run.", key=key,
+                             description=title)
+
+
+def _pipeline(family: str, overrides: dict[str, Any], force: bool, params_file: str) -> None:
+    apply_parameters(overrides, params_file)
+    dvc(f"repro {'--force ' if force else ''}{family}_register")
+    dvc("push --quiet")
+    _publish_summary(f"{family}-pipeline", f"{family} pipeline", [family])
+
+
+@flow(name="sensor-pipeline", log_prints=True)
+def sensor_pipeline(data_source: str | None = None, data_path: str | None = None, epochs: int | None = None,
+                    seed: int | None = None, overrides: dict[str, Any] | None = None, force: bool = False,
+                    params_file: str = "params.yaml") -> None:
+    """The sensor failure detector, prepare to register (`dvc repro sensor_register`).
+
+    data_source: simulator | cmapss | skab | file, with data_path; epochs: fine-tuning epochs; seed: every
+    seed of the family; overrides: any params.yaml keys, dotted ({"sensor.model.hidden": 64});
+    force: re-run stages that are up to date.
+    """
+    _pipeline("sensor", family_overrides("sensor", data_source, data_path, epochs, seed, overrides), force,
+              params_file)
+
+
+@flow(name="molecule-pipeline", log_prints=True)
+def molecule_pipeline(data_path: str | None = None, epochs: int | None = None, seed: int | None = None,
+                      overrides: dict[str, Any] | None = None, force: bool = False,
+                      params_file: str = "params.yaml") -> None:
+    """The molecular property model, prepare to register (`dvc repro molecule_register`).
+
+    data_path: a CSV/Parquet of SMILES and targets (the built-in solubility set when not given); epochs,
+    seed, overrides, force: as for the sensor pipeline.
+    """
+    _pipeline("molecule", family_overrides("molecule", None, data_path, epochs, seed, overrides), force,
+              params_file)
+
+
+@flow(name="data-refresh", log_prints=True)
+def data_refresh(params_file: str = "params.yaml") -> dict[str, dict[str, str]]:
+    """Re-read every source and re-run both prepare stages even when DVC sees no change (a source file may
+    have changed in place), then push the prepared data to the DVC remote. Returns per family the DVC md5
+    before and after; an unchanged md5 leaves every later stage up to date."""
+    load_params(params_file)
+    before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in FAMILIES.items()}
+    dvc("repro --force --single-item sensor_prepare molecule_prepare")
+    dvc("push --quiet")
+    versions = {f: {"before": before[f], "after": dvc_md5(p.prepared)} for f, p in FAMILIES.items()}
+    rows = [[f, v["before"], v["after"], "new version" if v["before"] != v["after"] else "unchanged"]
+            for f, v in versions.items()]
+    table = tabulate(rows, headers=["family", "DVC md5 before", "after", ""], tablefmt="github")
+    create_markdown_artifact(f"### Prepared data versions\n\n{table}", key="data-refresh",
+                             description="DVC versions of the prepared data")
+    print(table)
+    return versions
+
+
+@flow(name="retrain", log_prints=True)
+def retrain(force: bool = False, params_file: str = "params.yaml") -> None:
+    """The data refresh, then the whole pipeline (`dvc repro`): stages re-run where data, code or params
+    changed, all of them with force. New versions meet the promotion gate as usual."""
+    data_refresh(params_file)
+    dvc("repro --force" if force else "repro")
+    dvc("push --quiet")
+    _publish_summary("retrain", "retrain", list(FAMILIES))
