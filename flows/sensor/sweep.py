@@ -54,9 +54,10 @@ def sensor_sweep(params_file: str = "params.yaml") -> list[dict]:
     futures = [run_trial.submit(i, trial, inputs.train_x, inputs.train_y, inputs.val_x, inputs.val_y, cfg.model,
                                 cfg.finetune) for i, (trial, cfg) in enumerate(zip(trials, configs))]
     results = sorted((future.result() for future in futures), key=lambda r: -r["val_pr_auc"])
-    with stage_run(params.tracking, "sensor", "sweep", {"grid": grid}, {"sensor": SENSOR.prepared}):
+    with stage_run(params.tracking, "sensor", "sweep", {"grid": grid}, {"sensor": SENSOR.prepared}) as parent:
         for result in results:
-            with mlflow.start_run(run_name=f"sensor.sweep.trial-{result['trial']}", nested=True):
+            with mlflow.start_run(run_name=f"sensor.sweep.trial-{result['trial']}", nested=True,
+                                  experiment_id=parent.info.experiment_id):
                 mlflow.log_params({key: result[key] for key in grid})
                 mlflow.log_metrics({"val_pr_auc": result["val_pr_auc"], "best_epoch": result["best_epoch"]})
                 mlflow.set_tag("worker", result["worker"])
