@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test serve ui rollback install
+.PHONY: run test serve ui rollback sweep install
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -43,3 +43,8 @@ rollback: install
 
 ui: install
 	$(BIN)/python -m flows.ui
+
+# A grid search over the sensor fine-tuning (sensor.sweep.grid), trials as parallel Prefect tasks
+sweep: install
+	$(BIN)/dvc repro sensor_prepare
+	$(BIN)/python -m flows.sensor.sweep

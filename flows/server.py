@@ -49,7 +49,9 @@ def prefect_server(port: int | None = None, ui: bool = False, timeout: float = 1
                "--analytics-off", "--ui" if ui else "--no-ui"]
     env = {**os.environ, "PREFECT_API_URL": url}
     with open(log, "ab") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=workspace())
+        # its own session: Ctrl-C reaches the caller, which stops the server after what uses it
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=workspace(),
+                                   start_new_session=True)
     try:
         wait_healthy(url, process, timeout, log)
         yield url

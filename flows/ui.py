@@ -2,13 +2,15 @@
 `orchestration.schedules`), and the MLflow UI on 127.0.0.1:5000, until Ctrl-C.
 
 Both servers read the project's own stores (.prefect/prefect.db, mlflow/mlflow.db). Ctrl-C stops the
-deployments runner first (its schedules are paused until the next `make ui`), then both servers.
+deployments runner first (its schedules are paused until the next `make ui`), then the Prefect server,
+then the MLflow UI.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,18 +27,19 @@ PREFECT_PORT, MLFLOW_PORT = 4200, 5000
 
 @contextlib.contextmanager
 def child(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
-    """A child process; on exit it gets a moment to finish (Ctrl-C in the terminal reaches it too), then
-    SIGTERM, then SIGKILL."""
-    process = subprocess.Popen(command, env=env)
+    """A child process in its own session (the terminal's Ctrl-C reaches only this process, which stops
+    the children in order); on exit: SIGINT, then SIGTERM, then SIGKILL, each after a grace period."""
+    process = subprocess.Popen(command, env=env, start_new_session=True)
     try:
         yield process
     finally:
-        for stop, grace in ((None, 15), (process.terminate, 20), (process.kill, 5)):
-            if stop is not None:
-                stop()
+        for stop, grace in ((lambda: process.send_signal(signal.SIGINT), 15), (process.terminate, 15),
+                            (process.kill, 5)):
+            if process.poll() is not None:
+                break
+            stop()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=grace)
-                break
 
 
 def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
