@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import importlib.util
 import logging
 import sys
+from collections.abc import Callable
+from datetime import timedelta
+from importlib.metadata import version
+from pathlib import Path
 
 import typer
 from prefect import Flow, task
@@ -35,6 +41,38 @@ io_task = functools.partial(
 
 compute_task = functools.partial(task, cache_policy=NO_CACHE)
 """A task that computes on in-memory arrays (arrays are not hashed for caching)."""
+
+
+def source_cache_key(code: tuple[str, ...], packages: tuple[str, ...]) -> Callable[..., str]:
+    """A cache key for a task whose result is a pure function of its `cfg` argument (a pydantic model), the
+    bytes of the file or folder at `cfg.path`, the source of the project modules `code` (e.g. "data.molecules")
+    and the `packages` versions. Any change to one of them is a cache miss; the same inputs are a hit, even
+    after the file was rewritten."""
+
+    def key(context, parameters: dict) -> str:
+        cfg = parameters["cfg"]
+        digest = hashlib.sha256(cfg.model_dump_json().encode())
+        digest.update(" ".join(f"{name}=={version(name)}" for name in packages).encode())
+        roots = [_source_of(module) for module in code] + ([Path(cfg.path)] if cfg.path else [])
+        for root in roots:
+            for file in sorted(root.rglob("*") if root.is_dir() else [root]):
+                if file.is_file() and "__pycache__" not in file.parts:
+                    digest.update(file.name.encode() + file.read_bytes())
+        return digest.hexdigest()
+
+    return key
+
+
+def _source_of(module: str) -> Path:
+    """The file of a module, or the folder of a package, that is imported."""
+    spec = importlib.util.find_spec(module)
+    return Path(spec.origin).parent if spec.submodule_search_locations else Path(spec.origin)
+
+
+def cached_io_task(key: Callable[..., str], **kwargs):
+    """An io_task whose result is stored (in PREFECT_HOME/storage) and reused for 30 days under `key`."""
+    return task(retries=2, retry_delay_seconds=1, retry_condition_fn=_retry_unless_bad_input, cache_key_fn=key,
+                persist_result=True, cache_expiration=timedelta(days=30), **kwargs)
 
 
 class _NoTracebackForBadInput(logging.Filter):

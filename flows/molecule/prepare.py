@@ -8,12 +8,15 @@ from prefect import flow
 from data.molecules.prepare import PreparedMolecules, prepare_molecule_data, save_prepared
 from flows.params import load_params
 from flows.paths import MOLECULE
-from flows.tasks import io_task, stage_cli
+from flows.tasks import cached_io_task, io_task, source_cache_key, stage_cli
 from flows.tracking import log_json, stage_run
 
 
-@io_task(name="load-clean-split")
+@cached_io_task(source_cache_key(code=("data.molecules", "data.config"), packages=("rdkit", "datamol")),
+                name="load-clean-split")
 def build(cfg) -> PreparedMolecules:
+    """Pure: the same config, source bytes, data code and RDKit give the same molecules (a cache hit skips the
+    RDKit standardisation, e.g. in a nightly data refresh of an unchanged file)."""
     return prepare_molecule_data(cfg)
 
 

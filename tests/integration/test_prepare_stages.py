@@ -77,3 +77,34 @@ def test_bad_params_stop_the_stage_naming_the_key(tmp_path):
     result = run(tmp_path, sys.executable, "-m", "flows.molecule.prepare", check=False)
     assert result.returncode == 2
     assert "molecule.finetune.epochs" in result.stderr and "Traceback" not in result.stderr
+
+
+def _build_task_state(flow_state) -> str:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    with get_client(sync_client=True) as client:
+        task_runs = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_state.state_details.flow_run_id])))
+    (build,) = [t for t in task_runs if t.task_key.startswith("build")]
+    return build.state.name
+
+
+def test_molecule_prepare_reuses_its_cached_result_until_the_source_changes(tmp_path, monkeypatch):
+    from flows.molecule.prepare import molecule_prepare
+
+    monkeypatch.chdir(tmp_path)
+    smiles = ["CCO", "CCN", "CCC", "c1ccccc1", "CC(=O)O", "CCCl", "CCBr", "CCCO", "OCCO", "CC(C)O"] * 3
+    source = tmp_path / "mols.csv"
+    pd.DataFrame({"smiles": smiles, "target": np.arange(30.0)}).to_csv(source, index=False)
+    params = write_params(tmp_path, {"molecule": {"data": {"source": "file", "path": str(source), "split": "random",
+                                                           "duplicates": "keep"}}})
+    first = molecule_prepare(params_file=params, return_state=True)
+    source.write_text(source.read_text())  # rewritten, same bytes
+    second = molecule_prepare(params_file=params, return_state=True)
+    assert [_build_task_state(s) for s in (first, second)] == ["Completed", "Cached"]
+    pd.DataFrame({"smiles": smiles, "target": np.arange(30.0) + 1}).to_csv(source, index=False)
+    third = molecule_prepare(params_file=params, return_state=True)
+    assert _build_task_state(third) == "Completed"
+    prepared = pd.concat(pd.read_csv(tmp_path / "data/prepared/molecule" / f"{n}.csv") for n in ("train", "val", "test"))
+    assert prepared["target"].min() == 1.0  # the new file's values, not the cached ones
