@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.artifacts import create_markdown_artifact
 from tabulate import tabulate
 
@@ -58,10 +59,17 @@ def apply_parameters(overrides: dict[str, Any], params_file: str) -> None:
     logger.info("params.yaml updated: %s", ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
 
 
-@io_task(name="dvc", task_run_name="dvc {command}")
-def dvc(command: str) -> None:
-    """One dvc command, its output in the task's log."""
-    run_dvc(*command.split(), log=get_run_logger().info)
+@task(name="dvc-repro", task_run_name="dvc repro {arguments}", cache_policy=NO_CACHE)
+def repro(arguments: str) -> None:
+    """`dvc repro`, its output in the task's log. Not retried: a stage that failed fails the same way again
+    (bad input, a bug), and DVC already resumes after the stages that completed."""
+    run_dvc("repro", *arguments.split(), log=get_run_logger().info)
+
+
+@io_task(name="dvc-push")
+def push() -> None:
+    """`dvc push` to the default remote (retried: remotes are networks)."""
+    run_dvc("push", "--quiet", log=get_run_logger().info)
 
 
 def _publish_summary(key: str, title: str, families: list[str]) -> None:
@@ -73,8 +81,8 @@ def _publish_summary(key: str, title: str, families: list[str]) -> None:
 
 def _pipeline(family: str, overrides: dict[str, Any], force: bool, params_file: str) -> None:
     apply_parameters(overrides, params_file)
-    dvc(f"repro {'--force ' if force else ''}{family}_register")
-    dvc("push --quiet")
+    repro(f"{'--force ' if force else ''}{family}_register")
+    push()
     _publish_summary(f"{family}-pipeline", f"{family} pipeline", [family])
 
 
@@ -112,8 +120,8 @@ def data_refresh(params_file: str = "params.yaml") -> dict[str, dict[str, str]]:
     before and after; an unchanged md5 leaves every later stage up to date."""
     load_params(params_file)
     before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in FAMILIES.items()}
-    dvc("repro --force --single-item sensor_prepare molecule_prepare")
-    dvc("push --quiet")
+    repro("--force --single-item sensor_prepare molecule_prepare")
+    push()
     versions = {f: {"before": before[f], "after": dvc_md5(p.prepared)} for f, p in FAMILIES.items()}
     rows = [[f, v["before"], v["after"], "new version" if v["before"] != v["after"] else "unchanged"]
             for f, v in versions.items()]
@@ -129,6 +137,6 @@ def retrain(force: bool = False, params_file: str = "params.yaml") -> None:
     """The data refresh, then the whole pipeline (`dvc repro`): stages re-run where data, code or params
     changed, all of them with force. New versions meet the promotion gate as usual."""
     data_refresh(params_file)
-    dvc("repro --force" if force else "repro")
-    dvc("push --quiet")
+    repro("--force" if force else "")
+    push()
     _publish_summary("retrain", "retrain", list(FAMILIES))
