@@ -8,9 +8,9 @@ Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results a
 bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
 "<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
 
-Variants of ours: `full` (pretrained encoder, robust loss + mixup + small-loss curriculum, calibration
-chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise) and
-`no_calibration` (the full model's raw ensemble probability). Baselines are uncalibrated, as in the anchors.
+Variants of ours: `full` (pretrained encoder, robust loss (GCE) + mixup, calibration chosen on validation),
+`no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise) and `no_calibration` (the full
+model's raw ensemble probability). Baselines are uncalibrated, as in the anchors.
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ DATASETS = {
 }
 MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2)
 PRETRAIN = dict(epochs=3, batch_size=256, lr=0.001)
-ROBUST = dict(loss={"terms": {"gce": 1.0}, "gce_q": 0.7}, mixup_alpha=0.2, small_loss_drop=0.1, small_loss_warmup=3)
-FINETUNE = dict(epochs=12, batch_size=128, lr=0.002, patience=3, ensemble_size=3, checkpoint=False)
+# Robust recipe: generalized cross entropy (q = 0.3) + time-series mixup. No small-loss curriculum: on clean
+# FD001 dropping the 10 % largest losses throws away the hard windows near the 30-cycle boundary and cost
+# 4 points of PR-AUC (0.976 -> 0.935, seed 0); see docs/sensor.md for the measurements behind this choice.
+ROBUST = dict(loss={"terms": {"gce": 1.0}, "gce_q": 0.3}, mixup_alpha=0.2, small_loss_drop=0.0, small_loss_warmup=3)
+# lr 5e-4 with 20 epochs and patience 4: at 2e-3 the validation PR-AUC jumped by up to 0.1 between epochs
+# and members stopped after their second epoch.
+FINETUNE = dict(epochs=20, batch_size=128, lr=0.0005, patience=4, ensemble_size=3, checkpoint=False)
 PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
 TARGET_PRECISION = 0.8
 
@@ -173,12 +178,13 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce"],
                         choices=["full", "no_pretraining", "plain_ce"])
     parser.add_argument("--rocket-features", type=int, default=9996)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--table", action="store_true", help="only print the markdown table of the stored results")
     args = parser.parse_args()
     if args.table:
         print(table())
         return
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     for dataset in args.datasets:
         for flip in args.flips:
             for seed in args.seeds:

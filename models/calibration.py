@@ -52,16 +52,82 @@ def choose_threshold(y: np.ndarray, p: np.ndarray, target_precision: float) -> f
 # ---------------------------------------------------------------- isotonic calibration and the choice of method
 
 ISOTONIC_FLOOR = 1e-3  # isotonic probabilities are kept in [1e-3, 1 - 1e-3] (finite NLL, no certain alerts)
+MIN_KNOT_GAP = 1e-6  # neighbouring knots closer than this (in p) are pooled: bounded slopes, float32-safe export
+
+
+def _pava(p: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pool-adjacent-violators on (p, y) sorted by p, equal p pooled first.
+
+    Returns the blocks as (centre, value, weight) arrays: centre = mean p of the block's points,
+    value = mean y (the isotonic fit), weight = number of points; values strictly increase."""
+    order = np.argsort(p, kind="stable")
+    p, y = p[order], y[order]
+    _, first, counts = np.unique(p, return_index=True, return_counts=True)
+    sum_p, sum_y, weight = list(np.add.reduceat(p, first)), list(np.add.reduceat(y, first)), list(counts.astype(float))
+    out_p: list[float] = []
+    out_y: list[float] = []
+    out_w: list[float] = []
+    for sp, sy, w in zip(sum_p, sum_y, weight):
+        out_p.append(sp), out_y.append(sy), out_w.append(w)
+        # pool while the last block's mean does not exceed the previous one's (>=: strictly increasing values)
+        while len(out_w) > 1 and out_y[-2] / out_w[-2] >= out_y[-1] / out_w[-1]:
+            sp, sy, w = out_p.pop(), out_y.pop(), out_w.pop()
+            out_p[-1] += sp
+            out_y[-1] += sy
+            out_w[-1] += w
+    w = np.asarray(out_w)
+    return np.asarray(out_p) / w, np.asarray(out_y) / w, w
+
+
+def _pool_close(centre: np.ndarray, value: np.ndarray, weight: np.ndarray, gap: float):
+    """Pool neighbouring blocks whose centres are closer than `gap` (weighted means: values stay strictly increasing)."""
+    c, v, w = [centre[0]], [value[0]], [weight[0]]
+    for ci, vi, wi in zip(centre[1:], value[1:], weight[1:]):
+        if ci - c[-1] < gap:
+            total = w[-1] + wi
+            c[-1], v[-1], w[-1] = (c[-1] * w[-1] + ci * wi) / total, (v[-1] * w[-1] + vi * wi) / total, total
+        else:
+            c.append(ci), v.append(vi), w.append(wi)
+    return np.asarray(c), np.asarray(v), np.asarray(w)
 
 
 def fit_isotonic(p: np.ndarray, y: np.ndarray) -> tuple[list[float], list[float]]:
-    """Isotonic regression of y on p (both (n,)): knots (x, y) of the increasing piecewise-linear map,
-    constant beyond the ends (np.interp semantics), outputs in [ISOTONIC_FLOOR, 1 - ISOTONIC_FLOOR]."""
-    from sklearn.isotonic import IsotonicRegression
+    """Centred isotonic regression (CIR, Oron & Flournoy 2017) of y on probabilities p (both (n,)):
+    knots (x, y) of a strictly increasing piecewise-linear map on [0, 1].
 
-    iso = IsotonicRegression(y_min=ISOTONIC_FLOOR, y_max=1 - ISOTONIC_FLOOR, out_of_bounds="clip")
-    iso.fit(np.asarray(p, dtype=float), np.asarray(y, dtype=float))
-    return [float(v) for v in iso.X_thresholds_], [float(v) for v in iso.y_thresholds_]
+    Plain isotonic regression (pool-adjacent-violators) is a step function: every window inside a
+    block gets the same probability, and those ties destroy the ranking (average precision drops).
+    CIR keeps the PAV fit but places one knot at the centre (mean p) of each block, valued at the
+    block's mean label, and interpolates linearly between neighbouring centres. PAV block values
+    strictly increase, so the map strictly increases between the first and last centre; two anchor
+    knots, (0, ISOTONIC_FLOOR / 2) and (1, 1 - ISOTONIC_FLOOR / 2), extend it strictly to [0, 1].
+    A strictly increasing map leaves the order of the windows, hence PR-AUC and ROC-AUC, unchanged.
+
+    Block values are clipped to [ISOTONIC_FLOOR, 1 - ISOTONIC_FLOOR] (blocks clipped to the same
+    bound are pooled, as are blocks whose centres lie closer than MIN_KNOT_GAP), so outputs stay in
+    (0, 1) and slopes stay bounded. np.interp semantics (constant outside [0, 1], never reached by
+    probabilities); the ONNX graph evaluates the same map (models/sensor/calibrated.PiecewiseLinear).
+    """
+    p = np.asarray(p, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if len(p) == 0:
+        raise ValueError("isotonic calibration needs at least one point")
+    centre, value, weight = _pava(p, y)
+    value = np.clip(value, ISOTONIC_FLOOR, 1 - ISOTONIC_FLOOR)
+    # blocks clipped to the same bound tie: pool them (their weighted mean stays at the bound)
+    keep_c, keep_v, keep_w = [centre[0]], [value[0]], [weight[0]]
+    for ci, vi, wi in zip(centre[1:], value[1:], weight[1:]):
+        if vi <= keep_v[-1]:
+            total = keep_w[-1] + wi
+            keep_c[-1], keep_w[-1] = (keep_c[-1] * keep_w[-1] + ci * wi) / total, total
+        else:
+            keep_c.append(ci), keep_v.append(vi), keep_w.append(wi)
+    centre, value, _ = _pool_close(np.asarray(keep_c), np.asarray(keep_v), np.asarray(keep_w), MIN_KNOT_GAP)
+    inside = (centre > MIN_KNOT_GAP) & (centre < 1 - MIN_KNOT_GAP)
+    centre, value = centre[inside], value[inside]
+    knots_x = [0.0, *centre.tolist(), 1.0]
+    knots_y = [ISOTONIC_FLOOR / 2, *value.tolist(), 1 - ISOTONIC_FLOOR / 2]
+    return [float(v) for v in knots_x], [float(v) for v in knots_y]
 
 
 def piecewise_linear(p: np.ndarray, knots_x: list[float], knots_y: list[float]) -> np.ndarray:

@@ -1,7 +1,8 @@
 """The deployable sensor ensemble with its calibration inside the ONNX graph.
 
 Temperature: members' sigmoid(logit / T), mean and std over members (as models/export.py).
-Isotonic: the piecewise-linear map g (knots from models/calibration.fit_isotonic) applied to the
+Isotonic: the piecewise-linear map g (knots from models/calibration.fit_isotonic: centred isotonic
+regression, strictly increasing knots on [0, 1], so the ranking of windows is kept) applied to the
 members' mean probability; uncertainty = std over members of g(member probability). g is written as
 y0 + sum_i slope_i * clamp(p - x_i, 0, x_{i+1} - x_i): elementwise ops only, exact np.interp semantics.
 """

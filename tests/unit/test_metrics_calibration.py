@@ -71,3 +71,78 @@ def test_parity_check_reports_and_rejects_differences():
     assert check_parity(expected, [np.array([0.1, 0.20005]), np.array([1.0, 2.0])]) == pytest.approx(5e-5, rel=1e-3)
     with pytest.raises(RuntimeError, match="differs from PyTorch by 1.00e-03"):
         check_parity(expected, [np.array([0.1, 0.2]), np.array([1.0, 2.001])])
+
+
+def _miscalibrated(n=3000, seed=0):
+    """Scores that rank well but are badly calibrated: the true probability is p**3."""
+    rng = np.random.default_rng(seed)
+    p = rng.random(n)
+    y = (rng.random(n) < p**3).astype(int)
+    return p, y
+
+
+def test_centred_isotonic_is_strictly_increasing_and_keeps_the_ranking():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    from models.calibration import ISOTONIC_FLOOR, fit_isotonic, piecewise_linear
+
+    p, y = _miscalibrated()
+    knots_x, knots_y = fit_isotonic(p, y)
+    assert knots_x[0] == 0.0 and knots_x[-1] == 1.0
+    assert np.all(np.diff(knots_x) > 0) and np.all(np.diff(knots_y) > 0)  # strictly increasing knots
+    assert ISOTONIC_FLOOR / 2 <= min(knots_y) and max(knots_y) <= 1 - ISOTONIC_FLOOR / 2
+    q = piecewise_linear(p, knots_x, knots_y)
+    # a strictly increasing map: no new ties, the order of every pair is kept
+    assert len(np.unique(q)) == len(np.unique(p))
+    assert np.array_equal(np.argsort(q, kind="stable"), np.argsort(p, kind="stable"))
+    assert average_precision_score(y, q) == pytest.approx(average_precision_score(y, p), abs=1e-12)
+    assert roc_auc_score(y, q) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+    # ... while a plain (step) isotonic fit ties many points and changes average precision
+    from sklearn.isotonic import IsotonicRegression
+
+    steps = IsotonicRegression(out_of_bounds="clip").fit(p, y).predict(p)
+    assert len(np.unique(steps)) < len(np.unique(p)) / 10
+    assert average_precision_score(y, steps) != pytest.approx(average_precision_score(y, p), abs=1e-6)
+
+
+def test_centred_isotonic_repairs_calibration_on_unseen_data():
+    from models.calibration import fit_isotonic, piecewise_linear
+
+    p_fit, y_fit = _miscalibrated(n=20000, seed=1)
+    p, y = _miscalibrated(n=20000, seed=2)
+    knots_x, knots_y = fit_isotonic(p_fit, y_fit)
+    before = expected_calibration_error(y, p)
+    after = expected_calibration_error(y, piecewise_linear(p, knots_x, knots_y))
+    assert before > 0.2 and after < 0.02
+
+
+def test_centred_isotonic_knots_sit_on_the_pava_blocks():
+    from sklearn.isotonic import IsotonicRegression
+
+    from models.calibration import fit_isotonic
+
+    p = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    y = np.array([0, 1, 0, 0, 1, 1])
+    # PAV blocks: {0.1} -> 0, {0.2, 0.3, 0.4} -> 1/3, {0.5, 0.6} -> 1; centres 0.1, 0.3, 0.55
+    knots_x, knots_y = fit_isotonic(p, y)
+    assert knots_x == pytest.approx([0.0, 0.1, 0.3, 0.55, 1.0])
+    assert knots_y == pytest.approx([0.0005, 0.001, 1 / 3, 0.999, 0.9995])  # values clipped to [1e-3, 1 - 1e-3]
+    iso = IsotonicRegression(y_min=1e-3, y_max=1 - 1e-3).fit(p, y)
+    assert np.interp([0.1, 0.3, 0.55], knots_x, knots_y) == pytest.approx(iso.predict([0.1, 0.3, 0.55]))
+
+
+def test_isotonic_calibration_chosen_by_selection_keeps_average_precision():
+    from sklearn.metrics import average_precision_score
+
+    from models.calibration import calibrated_probability, select_calibration
+
+    rng = np.random.default_rng(3)
+    units = np.repeat(np.arange(20), 100)
+    z = rng.normal(0, 2, 2000)
+    y = (rng.random(2000) < np.where(z > 1, 0.9, 0.05)).astype(int)  # step-shaped truth: isotonic wins
+    logits = np.stack([z, z], 1)
+    chosen, scores = select_calibration(logits, y, units, ["temperature", "isotonic"])
+    assert chosen["method"] == "isotonic"
+    p = calibrated_probability(logits, chosen)
+    assert average_precision_score(y, p) == pytest.approx(average_precision_score(y, ensemble_probability(logits)), abs=1e-9)
+    assert expected_calibration_error(y, p) < expected_calibration_error(y, ensemble_probability(logits))
