@@ -50,6 +50,7 @@ def train(
     checkpoint: str | Path | None = None,
     checkpoint_key: str = "",
     distributed: DistributedContext | None = None,
+    lr_schedule: Callable[[int], float] | None = None,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -69,6 +70,9 @@ def train(
     otherwise (a weighted mean, dropping the largest losses) is then normalised per shard instead.
     train_loss is averaged over ranks; rank 0 validates and broadcasts its score, so every rank stops
     at the same epoch with the same weights; rank 0 alone writes the checkpoint (a path all can read).
+
+    lr_schedule: epoch -> factor; the learning rate of that epoch is lr * factor (None: constant lr). A function
+    of the epoch alone, so a resumed run follows the same schedule.
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -92,6 +96,9 @@ def train(
         if stopped:
             break
         model.train()
+        if lr_schedule is not None:
+            for group in optimiser.param_groups:
+                group["lr"] = lr * float(lr_schedule(epoch))
         total, count = 0.0, 0
         for batch in batches(epoch):
             if distributed is not None:

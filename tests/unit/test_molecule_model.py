@@ -13,7 +13,9 @@ from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig
 from models.molecule.network import MoleculePretrainer, info_nce
-from models.molecule.training import Molecules, build_model, focal_loss, loss_function, model_arrays, tensors
+from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, lr_factor, model_arrays,
+                                      tensors)
+from models.training import train
 from models.onnx_runtime import load_session, run
 
 SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1)
@@ -148,6 +150,28 @@ def test_losses_from_params():
     assert torch.isclose(loss_function("regression", cfg)(torch.tensor([3.0]), torch.tensor([0.0])),
                          torch.tensor(0.5 * (3.0 - 0.25)))
     assert torch.isclose(loss_function("classification", cfg)(logits, y), focal_loss(logits, y, 2.0))
+
+
+def test_lr_schedule_warms_up_then_decays_to_the_final_ratio():
+    factors = [lr_factor(e, 10, 2, 0.1) for e in range(10)]
+    assert factors[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
+    assert factors[-1] == pytest.approx(0.1)
+    assert all(a > b for a, b in zip(factors[2:], factors[3:]))  # monotone decay after warm-up
+    assert [lr_factor(e, 10, 0, 1.0) for e in range(10)] == [1.0] * 10  # the defaults: constant lr
+
+
+def test_train_applies_the_lr_schedule_per_epoch(monkeypatch):
+    lrs, original = [], torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        lrs.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    net = torch.nn.Linear(2, 1)
+    train(net, lambda epoch: [torch.ones(4, 2)] * 2, lambda model, batch: model(batch).pow(2).mean(), None,
+          epochs=3, lr=0.01, device=CPU, lr_schedule=lambda epoch: 1.0 / (epoch + 1))
+    assert lrs == pytest.approx([0.01, 0.01, 0.005, 0.005, 0.01 / 3, 0.01 / 3])
 
 
 def test_conformal_scale_covers_at_the_nominal_level():
