@@ -18,7 +18,7 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 
 from flows.config import SchedulesConfig
 from flows.orchestration import data_refresh, molecule_pipeline, retrain, sensor_pipeline
-from flows.params import ParamsError, load_params
+from flows.params import DEFAULT_PARAMS, ParamsError, load_params
 
 TAGS = ["failsafe-ml"]
 
@@ -39,13 +39,14 @@ def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
     ]
 
 
-def main(params: str = typer.Option("params.yaml", help="parameters file (its orchestration.schedules)")) -> None:
+def main() -> None:
+    """Serve until Ctrl-C; schedules from params.yaml, the file every stage reads."""
     if not os.environ.get("PREFECT_API_URL"):
         typer.secho("error: PREFECT_API_URL is not set; schedules need a running Prefect server (make ui starts one)",
                     fg="red", err=True)
         sys.exit(2)
     try:
-        schedules = load_params(params).orchestration.schedules
+        schedules = load_params(DEFAULT_PARAMS).orchestration.schedules
     except ParamsError as error:
         typer.secho(f"error: {error}", fg="red", err=True)
         sys.exit(2)
@@ -53,4 +54,4 @@ def main(params: str = typer.Option("params.yaml", help="parameters file (its or
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    main()

@@ -17,12 +17,13 @@ from tabulate import tabulate
 
 from flows.dvc import run_dvc
 from flows.lineage import dvc_md5
-from flows.params import ParamsError, load_params, write_overrides
+from flows.params import DEFAULT_PARAMS, ParamsError, load_params, write_overrides
 from flows.paths import MOLECULE, SENSOR
 from flows.pipeline import SUMMARY_HEADERS, summary_rows
 from flows.tasks import io_task
 
 FAMILIES = {"sensor": SENSOR, "molecule": MOLECULE}
+PARAMS = DEFAULT_PARAMS  # the file every stage of dvc.yaml reads
 BUILT_IN_SOURCES = {"sensor": "simulator", "molecule": "solubility"}
 
 
@@ -44,13 +45,13 @@ def family_overrides(family: str, data_source: str | None, data_path: str | None
 
 
 @io_task(name="apply-parameters")
-def apply_parameters(overrides: dict[str, Any], params_file: str) -> None:
+def apply_parameters(overrides: dict[str, Any]) -> None:
     """Write the run's parameters into params.yaml; bad ones fail the run before anything else changes."""
     logger = get_run_logger()
     if not overrides:
         logger.info("no parameters given: running params.yaml as it is")
         return
-    params = write_overrides(params_file, overrides)
+    params = write_overrides(PARAMS, overrides)
     for family, source in BUILT_IN_SOURCES.items():
         data = getattr(params, family).data
         if data.path is not None and data.source == source:
@@ -79,8 +80,8 @@ def _publish_summary(key: str, title: str, families: list[str]) -> None:
                              description=title)
 
 
-def _pipeline(family: str, overrides: dict[str, Any], force: bool, params_file: str) -> None:
-    apply_parameters(overrides, params_file)
+def _pipeline(family: str, overrides: dict[str, Any], force: bool) -> None:
+    apply_parameters(overrides)
     repro(f"{'--force ' if force else ''}{family}_register")
     push()
     _publish_summary(f"{family}-pipeline", f"{family} pipeline", [family])
@@ -88,37 +89,33 @@ def _pipeline(family: str, overrides: dict[str, Any], force: bool, params_file: 
 
 @flow(name="sensor-pipeline", log_prints=True)
 def sensor_pipeline(data_source: str | None = None, data_path: str | None = None, epochs: int | None = None,
-                    seed: int | None = None, overrides: dict[str, Any] | None = None, force: bool = False,
-                    params_file: str = "params.yaml") -> None:
+                    seed: int | None = None, overrides: dict[str, Any] | None = None, force: bool = False) -> None:
     """The sensor failure detector, prepare to register (`dvc repro sensor_register`).
 
     data_source: simulator | cmapss | skab | file, with data_path; epochs: fine-tuning epochs; seed: every
     seed of the family; overrides: any params.yaml keys, dotted ({"sensor.model.hidden": 64});
     force: re-run stages that are up to date.
     """
-    _pipeline("sensor", family_overrides("sensor", data_source, data_path, epochs, seed, overrides), force,
-              params_file)
+    _pipeline("sensor", family_overrides("sensor", data_source, data_path, epochs, seed, overrides), force)
 
 
 @flow(name="molecule-pipeline", log_prints=True)
 def molecule_pipeline(data_path: str | None = None, epochs: int | None = None, seed: int | None = None,
-                      overrides: dict[str, Any] | None = None, force: bool = False,
-                      params_file: str = "params.yaml") -> None:
+                      overrides: dict[str, Any] | None = None, force: bool = False) -> None:
     """The molecular property model, prepare to register (`dvc repro molecule_register`).
 
     data_path: a CSV/Parquet of SMILES and targets (the built-in solubility set when not given); epochs,
     seed, overrides, force: as for the sensor pipeline.
     """
-    _pipeline("molecule", family_overrides("molecule", None, data_path, epochs, seed, overrides), force,
-              params_file)
+    _pipeline("molecule", family_overrides("molecule", None, data_path, epochs, seed, overrides), force)
 
 
 @flow(name="data-refresh", log_prints=True)
-def data_refresh(params_file: str = "params.yaml") -> dict[str, dict[str, str]]:
+def data_refresh() -> dict[str, dict[str, str]]:
     """Re-read every source and re-run both prepare stages even when DVC sees no change (a source file may
     have changed in place), then push the prepared data to the DVC remote. Returns per family the DVC md5
     before and after; an unchanged md5 leaves every later stage up to date."""
-    load_params(params_file)
+    load_params(PARAMS)
     before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in FAMILIES.items()}
     repro("--force --single-item sensor_prepare molecule_prepare")
     push()
@@ -133,10 +130,10 @@ def data_refresh(params_file: str = "params.yaml") -> dict[str, dict[str, str]]:
 
 
 @flow(name="retrain", log_prints=True)
-def retrain(force: bool = False, params_file: str = "params.yaml") -> None:
+def retrain(force: bool = False) -> None:
     """The data refresh, then the whole pipeline (`dvc repro`): stages re-run where data, code or params
     changed, all of them with force. New versions meet the promotion gate as usual."""
-    data_refresh(params_file)
+    data_refresh()
     repro("--force" if force else "")
     push()
     _publish_summary("retrain", "retrain", list(FAMILIES))

@@ -16,9 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 
-import typer
-
-from flows.params import load_params
+from flows.params import DEFAULT_PARAMS, load_params
 from flows.server import prefect_server
 from flows.tracking import tracking_uri
 
@@ -42,14 +40,14 @@ def child(command: list[str], env: dict[str, str] | None = None) -> Iterator[sub
                 process.wait(timeout=grace)
 
 
-def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
-    config = load_params(params)
+def main() -> None:
+    config = load_params(DEFAULT_PARAMS)
     mlflow_ui = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", tracking_uri(config.tracking),
                  "--host", "127.0.0.1", "--port", str(MLFLOW_PORT), "--workers", "1"]
     try:
         # MLflow's job runner (GenAI background jobs, five worker processes) is not needed for browsing runs
         with child(mlflow_ui, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}), prefect_server(port=PREFECT_PORT, ui=True) as api_url, \
-                child([sys.executable, "-m", "flows.deployments", "--params", params],
+                child([sys.executable, "-m", "flows.deployments"],
                       env={**os.environ, "PREFECT_API_URL": api_url}) as runner:
             print(f"Prefect UI: http://127.0.0.1:{PREFECT_PORT}   MLflow UI: http://127.0.0.1:{MLFLOW_PORT}\n"
                   "Deployments: sensor-pipeline/sensor, molecule-pipeline/molecule, data-refresh/nightly, "
@@ -62,4 +60,4 @@ def main(params: str = typer.Option("params.yaml", help="parameters file")) -> N
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    main()
