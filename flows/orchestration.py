@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.cache_policies import NO_CACHE
 from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
 from tabulate import tabulate
 
 from flows.dvc import run_dvc
 from flows.lineage import dvc_md5
-from flows.params import DEFAULT_PARAMS, ParamsError, load_params, write_overrides
+from flows.params import DEFAULT_PARAMS, Params, ParamsError, load_params, with_overrides, write_overrides
 from flows.paths import MOLECULE, SENSOR
 from flows.pipeline import SUMMARY_HEADERS, summary_rows
 from flows.tasks import io_task
@@ -44,19 +44,25 @@ def family_overrides(family: str, data_source: str | None, data_path: str | None
     return {**out, **(overrides or {})}
 
 
-@io_task(name="apply-parameters")
-def apply_parameters(overrides: dict[str, Any]) -> None:
-    """Write the run's parameters into params.yaml; bad ones fail the run before anything else changes."""
-    logger = get_run_logger()
-    if not overrides:
-        logger.info("no parameters given: running params.yaml as it is")
-        return
-    params = write_overrides(PARAMS, overrides)
+def check_sources(params: Params) -> None:
+    """A data path needs a source that reads files (the built-in simulator and solubility set read none)."""
     for family, source in BUILT_IN_SOURCES.items():
         data = getattr(params, family).data
         if data.path is not None and data.source == source:
             raise ParamsError(f"{family}.data.path is set but {family}.data.source is '{source}', which reads no file; "
                               "give data_source too")
+
+
+@io_task(name="apply-parameters")
+def apply_parameters(overrides: dict[str, Any]) -> None:
+    """Write the run's parameters into params.yaml; bad ones fail the run, leaving the file and everything else
+    as it was."""
+    logger = get_run_logger()
+    if not overrides:
+        logger.info("no parameters given: running params.yaml as it is")
+        return
+    check_sources(with_overrides(load_params(PARAMS), overrides))
+    write_overrides(PARAMS, overrides)
     logger.info("params.yaml updated: %s", ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
 
 
