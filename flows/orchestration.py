@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
 from tabulate import tabulate
 
 from flows.dvc import run_dvc
@@ -20,10 +19,9 @@ from flows.lineage import dvc_md5
 from flows.params import DEFAULT_PARAMS, Params, ParamsError, load_params, with_overrides, write_overrides
 from flows.paths import MOLECULE, SENSOR
 from flows.pipeline import SUMMARY_HEADERS, summary_rows
-from flows.tasks import io_task
+from flows.tasks import compute_task, io_task
 
 FAMILIES = {"sensor": SENSOR, "molecule": MOLECULE}
-PARAMS = DEFAULT_PARAMS  # the file every stage of dvc.yaml reads
 BUILT_IN_SOURCES = {"sensor": "simulator", "molecule": "solubility"}
 
 
@@ -61,12 +59,12 @@ def apply_parameters(overrides: dict[str, Any]) -> None:
     if not overrides:
         logger.info("no parameters given: running params.yaml as it is")
         return
-    check_sources(with_overrides(load_params(PARAMS), overrides))
-    write_overrides(PARAMS, overrides)
+    check_sources(with_overrides(load_params(DEFAULT_PARAMS), overrides))
+    write_overrides(DEFAULT_PARAMS, overrides)
     logger.info("params.yaml updated: %s", ", ".join(f"{k}={v!r}" for k, v in overrides.items()))
 
 
-@task(name="dvc-repro", task_run_name="dvc repro {arguments}", cache_policy=NO_CACHE)
+@compute_task(name="dvc-repro", task_run_name="dvc repro {arguments}")
 def repro(arguments: str) -> None:
     """`dvc repro`, its output in the task's log. Not retried: a stage that failed fails the same way again
     (bad input, a bug), and DVC already resumes after the stages that completed."""
@@ -121,7 +119,7 @@ def data_refresh() -> dict[str, dict[str, str]]:
     """Re-read every source and re-run both prepare stages even when DVC sees no change (a source file may
     have changed in place), then push the prepared data to the DVC remote. Returns per family the DVC md5
     before and after; an unchanged md5 leaves every later stage up to date."""
-    load_params(PARAMS)
+    load_params(DEFAULT_PARAMS)
     before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in FAMILIES.items()}
     repro("--force --single-item sensor_prepare molecule_prepare")
     push()

@@ -34,9 +34,9 @@ def _retry_unless_bad_input(task, task_run, state) -> bool:
     return False
 
 
-io_task = functools.partial(
-    task, retries=2, retry_delay_seconds=1, retry_condition_fn=_retry_unless_bad_input, cache_policy=NO_CACHE
-)
+_IO_RETRIES = {"retries": 2, "retry_delay_seconds": 1, "retry_condition_fn": _retry_unless_bad_input}
+
+io_task = functools.partial(task, **_IO_RETRIES, cache_policy=NO_CACHE)
 """A task that reads or writes files or the tracking store: retried on I/O errors."""
 
 compute_task = functools.partial(task, cache_policy=NO_CACHE)
@@ -71,8 +71,7 @@ def _source_of(module: str) -> Path:
 
 def cached_io_task(key: Callable[..., str], **kwargs):
     """An io_task whose result is stored (in PREFECT_HOME/storage) and reused for 30 days under `key`."""
-    return task(retries=2, retry_delay_seconds=1, retry_condition_fn=_retry_unless_bad_input, cache_key_fn=key,
-                persist_result=True, cache_expiration=timedelta(days=30), **kwargs)
+    return task(**_IO_RETRIES, cache_key_fn=key, persist_result=True, cache_expiration=timedelta(days=30), **kwargs)
 
 
 class _NoTracebackForBadInput(logging.Filter):
