@@ -34,6 +34,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from data.molecules.config import MoleculeDataConfig  # noqa: E402
+from data.molecules.descriptors import DESCRIPTORS  # noqa: E402
 from data.molecules.featurize import encode_tokens, featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
@@ -49,10 +50,11 @@ DATASETS = {
     "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
              "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
 }
-VARIANTS = {  # name: (modalities, pretrained)
-    "fused_pre": ("fused", True), "fused": ("fused", False),
-    "graph_pre": ("graph", True), "graph": ("graph", False),
-    "smiles_pre": ("smiles", True), "smiles": ("smiles", False),
+VARIANTS = {  # name: (modalities, pretrained, descriptors)
+    "fused_pre": ("fused", True, True), "fused": ("fused", False, True),
+    "graph_pre": ("graph", True, True), "graph": ("graph", False, True),
+    "smiles_pre": ("smiles", True, True), "smiles": ("smiles", False, True),
+    "fused_no_descriptors": ("fused", False, False),
 }
 CPU = torch.device("cpu")
 # Benchmark settings per dataset, over params.yaml's molecule section (the pipeline default stays small and fast;
@@ -104,9 +106,9 @@ def run_forest(prepared, task: str, seed: int) -> np.ndarray:
     return forest.predict(x) if task == "regression" else forest.predict_proba(x)[:, 1]
 
 
-def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, modalities: str,
+def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, modalities: str, descriptors: bool,
              pretrained: dict | None, seed: int, members: int) -> tuple[np.ndarray, list[int]]:
-    model_cfg = model_cfg.model_copy(update={"modalities": modalities})
+    model_cfg = model_cfg.model_copy(update={"modalities": modalities, "descriptors": descriptors})
     mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
     outs, epochs = [], []
     for member in range(members):
@@ -119,16 +121,24 @@ def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg,
     return np.mean(outs, axis=0), epochs
 
 
-def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None) -> np.ndarray:
+def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None, descriptors: bool = False) -> np.ndarray:
+    """chemprop's CLI defaults; `descriptors`: plus our DESCRIPTORS as extra datapoint descriptors (chemprop scales
+    them and concatenates them to its learned representation), the same information our model gets."""
+    columns = [f"descriptor_{i}" for i in range(len(DESCRIPTORS))] if descriptors else []
     with tempfile.TemporaryDirectory(prefix="chemprop-") as tmp:
         tmp = Path(tmp)
         paths = []
         for split in ("train", "val", "test"):
             paths.append(tmp / f"{split}.csv")
-            prepared.splits[split][["smiles", "target"]].to_csv(paths[-1], index=False)
+            frame = prepared.splits[split][["smiles", "target"]].copy()
+            if columns:
+                values = np.stack([featurize_smiles(x).descriptors for x in frame["smiles"]])
+                frame[columns] = values
+            frame.to_csv(paths[-1], index=False)
+        extra = ["--descriptors-columns", *columns] if columns else []
         command = [binary, "train", "--data-path", *map(str, paths), "--task-type", task, "--smiles-columns", "smiles",
                    "--target-columns", "target", "--output-dir", str(tmp / "out"), "--pytorch-seed", str(seed),
-                   "--data-seed", str(seed), "--num-workers", "0"]
+                   "--data-seed", str(seed), "--num-workers", "0", *extra]
         if epochs:
             command += ["--epochs", str(epochs)]
         done = subprocess.run(command, capture_output=True, text=True)
@@ -137,7 +147,7 @@ def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None
         model = next((tmp / "out").rglob("best*.pt"))
         preds = tmp / "preds.csv"
         done = subprocess.run([binary, "predict", "--test-path", str(paths[2]), "--smiles-columns", "smiles",
-                               "--model-paths", str(model), "--preds-path", str(preds), "--num-workers", "0"],
+                               "--model-paths", str(model), "--preds-path", str(preds), "--num-workers", "0", *extra],
                               capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"chemprop predict failed:\n{done.stderr[-3000:]}")
@@ -183,6 +193,9 @@ def main() -> None:
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="/tmp/chemprop-venv/bin/chemprop", help="chemprop CLI; '' to skip")
     parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
+    parser.add_argument("--chemprop-descriptors", action="store_true",
+                        help="also chemprop with our descriptors as extra inputs (method chemprop_descriptors)")
+    parser.add_argument("--no-chemprop-default", action="store_true", help="skip chemprop's plain default run")
     parser.add_argument("--params", default=str(PROJECT / "params.yaml"))
     parser.add_argument("--params-only", action="store_true", help="params.yaml's settings for every dataset (no SETTINGS)")
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "molecule.json"))
@@ -237,9 +250,13 @@ def main() -> None:
             if not args.no_forest:
                 t = time.time()
                 record("random_forest", seed, run_forest(prepared, task, seed), time.time() - t)
-            if chemprop:
+            if chemprop and not args.no_chemprop_default:
                 t = time.time()
                 record("chemprop", seed, run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs), time.time() - t)
+            if chemprop and args.chemprop_descriptors:
+                t = time.time()
+                record("chemprop_descriptors", seed,
+                       run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs, descriptors=True), time.time() - t)
             pretrained = None
             if any(VARIANTS[v][1] for v in args.variants):
                 t = time.time()
@@ -249,9 +266,9 @@ def main() -> None:
                 pretrain_seconds = time.time() - t
                 print(f"{name} pretraining seed {seed}: {pretrain_seconds:.0f} s", flush=True)
             for variant in args.variants:
-                modalities, use_pre = VARIANTS[variant]
+                modalities, use_pre, descriptors = VARIANTS[variant]
                 t = time.time()
-                prediction, best = run_ours(data, y, task, tokenizer, model_cfg, finetune, modalities,
+                prediction, best = run_ours(data, y, task, tokenizer, model_cfg, finetune, modalities, descriptors,
                                             pretrained if use_pre else None, seed, members)
                 record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best, members=members,
                        settings={} if args.params_only else SETTINGS[name])

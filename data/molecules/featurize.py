@@ -3,7 +3,8 @@
 Every feature column is an index into a small vocabulary; the last index of an open vocabulary is the
 unknown bucket (booleans have exactly two values). Atoms are put in RDKit's canonical order and edges
 sorted, so any SMILES of the same standardised molecule gives identical arrays. Per-atom structural encodings
-(Laplacian eigenvectors, random-walk landing probabilities) come from data/molecules/encodings.py; the SMILES
+(Laplacian eigenvectors, random-walk landing probabilities) come from data/molecules/encodings.py, whole-molecule
+descriptors from data/molecules/descriptors.py; the SMILES
 view is the canonical SMILES of the standardised molecule (`MolGraph.smiles`), tokenised by
 data/molecules/tokenizer.py. Bump FEATURIZER_VERSION whenever a vocabulary, an encoding or the standardisation changes.
 """
@@ -15,11 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 from rdkit import Chem
 
+from data.molecules.descriptors import DESCRIPTOR_SIZE, molecule_descriptors
 from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
 from data.molecules.standardize import parse_smiles, standardize_mol
 from data.molecules.tokenizer import SmilesTokenError, SmilesTokenizer, pad_tokens
 
-FEATURIZER_VERSION = "2"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens
+FEATURIZER_VERSION = "3"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens;
+                          # 3: whole-molecule RDKit descriptors
 
 ELEMENTS = ["C", "N", "O", "S", "F", "Cl", "Br", "I", "P", "B", "Si", "Se"]
 DEGREES = [0, 1, 2, 3, 4, 5]
@@ -51,12 +54,14 @@ BOND_FEATURE_SIZES = [len(BOND_TYPES) + 1, 2, 2, len(BOND_STEREOS) + 1]
 @dataclass
 class MolGraph:
     """One molecule: atom_features int64 (N, A), edge_index int64 (2, E) both directions of each bond, bond_features
-    int64 (E, B), positional float32 (N, POSITIONAL_SIZE) structural encodings, smiles: its canonical SMILES."""
+    int64 (E, B), positional float32 (N, POSITIONAL_SIZE) structural encodings, descriptors float32
+    (DESCRIPTOR_SIZE,) whole-molecule descriptors, smiles: its canonical SMILES."""
 
     atom_features: np.ndarray
     edge_index: np.ndarray
     bond_features: np.ndarray
     positional: np.ndarray
+    descriptors: np.ndarray
     smiles: str = ""
 
     @property
@@ -111,7 +116,8 @@ def featurize_mol(mol: Chem.Mol) -> MolGraph:
     bond_features = np.array([feats[i] for i in order], dtype=np.int64).reshape(-1, len(BOND_FEATURES))
     edge_index = np.ascontiguousarray(edge_index)
     return MolGraph(atom_features=atoms, edge_index=edge_index, bond_features=bond_features,
-                    positional=positional_encodings(edge_index, len(atoms)), smiles=Chem.MolToSmiles(mol))
+                    positional=positional_encodings(edge_index, len(atoms)), descriptors=molecule_descriptors(mol),
+                    smiles=Chem.MolToSmiles(mol))
 
 
 def featurize_smiles(smiles: str) -> MolGraph:
@@ -122,7 +128,8 @@ def featurize_smiles(smiles: str) -> MolGraph:
 def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
     """Disjoint union of G >= 1 graphs: atom_features (N, A), edge_index (2, E) offset per graph, bond_features (E, B),
     positional (N, P) float32, batch (N,) int64 graph index of each atom (non-decreasing), atom_mask (G, L) float32
-    (1 for the first n_g slots of molecule g, L the largest molecule), graph_mask (G,) float32 ones."""
+    (1 for the first n_g slots of molecule g, L the largest molecule), graph_mask (G,) float32 ones, descriptors
+    (G, DESCRIPTOR_SIZE) float32."""
     if not graphs:
         raise ValueError("batch_graphs needs at least one graph")
     sizes = [g.num_atoms for g in graphs]
@@ -135,11 +142,18 @@ def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
         "batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
         "atom_mask": (np.arange(max(sizes))[None, :] < np.array(sizes)[:, None]).astype(np.float32),
         "graph_mask": np.ones(len(graphs), dtype=np.float32),
+        "descriptors": np.stack([g.descriptors for g in graphs]).astype(np.float32).reshape(-1, DESCRIPTOR_SIZE),
     }
 
 
 # The model's inputs, in order (data/molecules/featurize.batch_inputs builds them; the ONNX file takes them by name).
-MODEL_INPUTS = ["atom_features", "edge_index", "bond_features", "positional", "batch", "atom_mask", "graph_mask", "tokens"]
+MODEL_INPUTS = ["atom_features", "edge_index", "bond_features", "positional", "batch", "atom_mask", "graph_mask", "tokens",
+                "descriptors"]
+# The sizes of each input that vary between batches, by axis (the ONNX export's dynamic axes).
+MODEL_INPUT_AXES = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
+                    "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
+                    "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"},
+                    "descriptors": {0: "molecules"}}
 
 
 def encode_tokens(graphs: list[MolGraph], tokenizer: SmilesTokenizer) -> list[np.ndarray | None]:

@@ -8,8 +8,9 @@ import pandas as pd
 import torch
 from prefect import flow
 
+from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS
 from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
-from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUTS
+from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
@@ -23,9 +24,6 @@ from models.metrics import classification_metrics, regression_metrics
 from models.molecule.training import model_arrays
 from models.predictors import MoleculePredictor
 
-INPUTS = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
-          "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
-          "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"}}
 INPUT_DOC = {
     "atom_features": "int64 (atoms, 7) categorical atom features",
     "edge_index": "int64 (2, bonds) both directions of each bond, offset per molecule",
@@ -35,6 +33,7 @@ INPUT_DOC = {
     "atom_mask": "float32 (molecules, slots) 1 for the first n_atoms slots of each molecule",
     "graph_mask": "float32 (molecules,) 1 where the graph view is used",
     "tokens": "int64 (molecules, tokens) SMILES token ids padded with 0; an all-0 row: graph view only",
+    "descriptors": f"float32 (molecules, {DESCRIPTOR_SIZE}) raw RDKit descriptors, in the order of {', '.join(DESCRIPTORS)}",
 }
 
 
@@ -60,7 +59,7 @@ def calibration_error(task: str, metrics: dict, card: dict) -> float:
 @compute_task(name="export-onnx")
 def export(model, example: dict[str, np.ndarray], task: str, opset: int) -> None:
     tensors = {name: torch.from_numpy(example[name]) for name in MODEL_INPUTS}
-    export_onnx(model, tensors, INPUTS, outputs(task), MOLECULE.onnx, opset)
+    export_onnx(model, tensors, MODEL_INPUT_AXES, outputs(task), MOLECULE.onnx, opset)
 
 
 @compute_task(name="parity-check")

@@ -20,6 +20,7 @@ class MoleculeModelConfig(StrictModel):
     heads: int = Field(4, ge=1, description="attention heads (hidden must be a multiple)")
     smiles_layers: int = Field(1, ge=1, description="transformer layers over the SMILES tokens")
     cross_layers: int = Field(1, ge=0, description="bidirectional atom <-> token cross-attention layers")
+    descriptors: bool = Field(True, description="feed whole-molecule RDKit descriptors (data/molecules/descriptors.py) to the head")
     modalities: Literal["fused", "graph", "smiles"] = Field(
         "fused", description="fused: graph and SMILES views with a gate; graph or smiles: one view only (ablations)"
     )

@@ -4,7 +4,8 @@ Inputs follow data/molecules/featurize.batch_inputs (MODEL_INPUTS):
 atom_features (N, A) and bond_features (E, B) categorical indices, edge_index (2, E), positional (N, P) float
 structural encodings, batch (N,) molecule index per atom (non-decreasing), atom_mask (G, L) 1 for the atom slots
 of each molecule (L: the largest molecule), graph_mask (G,) 1 where the graph view is present, tokens (G, T)
-SMILES token ids padded with 0 ([PAD]); an all-[PAD] row means that molecule has no SMILES view.
+SMILES token ids padded with 0 ([PAD]); an all-[PAD] row means that molecule has no SMILES view; descriptors
+(G, D) raw whole-molecule RDKit descriptors (data/molecules/descriptors.py).
 
 graph:  GINE message passing with bond features (PyG) over atom embeddings + encodings -> atom states (N, H)
 SMILES: token + position embeddings -> transformer layers -> token states (G, T, H)
@@ -13,7 +14,10 @@ cross:  atoms are scattered to a dense (G, L, H) per-molecule layout (positions 
         their molecule's atoms (key-padding masks), both directions per layer
 pool:   per view and molecule, [mean, sum / SIZE_NORM] -> linear (the sum keeps the molecule's size, which
         extensive properties such as solubility need; chemprop's default aggregation is sum / 100) -> gated fusion g * graph + (1 - g) * smiles; where one view is
-        absent the other is used alone (neither: zeros) -> MLP head, one output per molecule (G,)
+        absent the other is used alone (neither: zeros)
+descriptors: standardised with training-set statistics stored in the model (buffers, so they travel into ONNX),
+        clipped to +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding (`descriptors: false`: not used)
+head:   MLP, one output per molecule (G,)
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ import torch
 from torch import nn
 from torch_geometric.nn import GINEConv
 
+from data.molecules.descriptors import DESCRIPTOR_SIZE
 from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.tokenizer import MASK_ID, PAD_ID
 from models.molecule.config import MoleculeModelConfig
 
 NEG = -1e9  # additive mask for absent keys (finite: an all-absent row gives zeros, never NaN)
 SIZE_NORM = 10.0  # sum pooling / SIZE_NORM: order one for typical drug-like molecules
+DESCRIPTOR_CLIP = 6.0  # standardised descriptors are clipped to +-this: a molecule far outside training cannot blow up
 
 
 class CategoricalEmbedding(nn.Module):
@@ -186,12 +192,13 @@ class SmilesEncoder(nn.Module):
 
 
 class MoleculeNet(nn.Module):
-    """Graph encoder + SMILES encoder + cross-attention + gated fusion + head: one output per molecule (G,)."""
+    """Graph encoder + SMILES encoder + cross-attention + gated fusion (+ descriptors) + head: one output per
+    molecule (G,). Call `fit_descriptor_scaling` with the training molecules' descriptors before training."""
 
     def __init__(self, atom_sizes: list[int], bond_sizes: list[int], vocab_size: int, max_length: int,
                  cfg: MoleculeModelConfig):
         super().__init__()
-        self.modalities = cfg.modalities
+        self.modalities, self.hidden, self.use_descriptors = cfg.modalities, cfg.hidden, cfg.descriptors
         self.use_graph, self.use_smiles = cfg.modalities in ("fused", "graph"), cfg.modalities in ("fused", "smiles")
         self.encoder = MoleculeEncoder(atom_sizes, bond_sizes, cfg)
         self.smiles_encoder = SmilesEncoder(vocab_size, max_length, cfg)
@@ -199,13 +206,26 @@ class MoleculeNet(nn.Module):
         self.graph_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.smiles_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.gate = nn.Sequential(nn.Linear(2 * cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden))
+        self.register_buffer("descriptor_mean", torch.zeros(DESCRIPTOR_SIZE))
+        self.register_buffer("descriptor_scale", torch.ones(DESCRIPTOR_SIZE))
+        if self.use_descriptors:
+            self.descriptor_mlp = nn.Sequential(nn.Linear(DESCRIPTOR_SIZE, cfg.hidden), nn.ReLU(),
+                                                nn.Linear(cfg.hidden, cfg.hidden))
+        head_in = cfg.hidden * (2 if self.use_descriptors else 1)
         self.head = nn.Sequential(
-            nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
+            nn.Linear(head_in, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
         )
+
+    def fit_descriptor_scaling(self, descriptors) -> None:
+        """Store the mean and standard deviation (a constant column: 1) of training descriptors (n, D)."""
+        values = torch.as_tensor(descriptors, dtype=torch.float64)
+        std = values.std(dim=0, unbiased=False)
+        self.descriptor_mean.copy_(values.mean(dim=0))
+        self.descriptor_scale.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
 
     def embed(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens):
         """Fused molecule embeddings (G, H)."""
-        n_graphs, hidden = atom_mask.shape[0], self.head[0].in_features
+        n_graphs, hidden = atom_mask.shape[0], self.hidden
         has_graph = graph_mask * float(self.use_graph)                                           # (G,)
         has_smiles = (tokens[:, 0] != PAD_ID).to(torch.float32) * float(self.use_smiles)        # (G,)
         if self.use_graph:
@@ -229,8 +249,12 @@ class MoleculeNet(nn.Module):
         both = gate * graph + (1.0 - gate) * smiles
         return g * s * both + g * (1.0 - s) * graph + (1.0 - g) * s * smiles
 
-    def forward(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens):
+    def forward(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens,
+                descriptors):
         embedding = self.embed(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens)
+        if self.use_descriptors:
+            scaled = ((descriptors - self.descriptor_mean) / self.descriptor_scale).clamp(-DESCRIPTOR_CLIP, DESCRIPTOR_CLIP)
+            embedding = torch.cat([embedding, self.descriptor_mlp(scaled)], dim=-1)
         return self.head(embedding).squeeze(-1)
 
 
@@ -271,8 +295,8 @@ class MoleculePretrainer(nn.Module):
     """Masked atom prediction (graph view) + masked token prediction (SMILES view) + InfoNCE alignment of the
     pooled graph and SMILES embeddings of the same molecules (both views see their masked inputs).
 
-    forward(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens,
-            hidden_atoms (N,) bool, hidden_tokens (G, T) bool) -> (total loss, {name: loss})
+    forward(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens, descriptors,
+            hidden_atoms (N,) bool, hidden_tokens (G, T) bool) -> (total loss, {name: loss}); descriptors are not used
     """
 
     def __init__(self, model: MoleculeNet, n_elements: int, vocab_size: int, hidden: int,
@@ -287,7 +311,7 @@ class MoleculePretrainer(nn.Module):
         self.temperature = temperature
 
     def forward(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens,
-                hidden_atoms, hidden_tokens):
+                descriptors, hidden_atoms, hidden_tokens):
         parts = {}
         n_graphs = atom_mask.shape[0]
         states = self.atoms.states(atom_features, positional, edge_index, bond_features, hidden_atoms)

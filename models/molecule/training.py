@@ -19,8 +19,6 @@ from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, 
 from models.molecule.network import MoleculeNet, MoleculePretrainer
 from models.training import TrainResult, train
 
-GRAPH_INPUTS = MODEL_INPUTS  # kept for callers of the first version; the model now takes all MODEL_INPUTS
-
 
 @dataclass
 class Molecules:
@@ -184,6 +182,7 @@ def finetune_member(
     model = build_model(vocab_size, max_length, model_cfg)
     if pretrained_state is not None:
         model.load_state_dict(pretrained_state)
+    model.fit_descriptor_scaling(np.stack([g.descriptors for g in train_data.graphs]))
     targets = torch.from_numpy(np.asarray(train_y, dtype=np.float32))
     loss_fn = loss_function(task, cfg)
     rng = np.random.default_rng(seed)

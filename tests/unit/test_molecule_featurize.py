@@ -190,3 +190,33 @@ def test_sign_flip_touches_only_laplacian_columns_one_sign_per_molecule():
         for col in range(LAPLACIAN_K):
             assert np.allclose(new[:, col], original[:, col]) or np.allclose(new[:, col], -original[:, col])
     assert RANDOM_WALK_K + LAPLACIAN_K == POSITIONAL_SIZE
+
+
+from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS  # noqa: E402
+
+
+def _descriptor(g, name):
+    return float(g.descriptors[DESCRIPTORS.index(name)])
+
+
+def test_descriptors_of_ethanol_and_benzene_by_hand():
+    ethanol, benzene = featurize_smiles("CCO"), featurize_smiles("c1ccccc1")
+    for g in (ethanol, benzene):
+        assert g.descriptors.shape == (DESCRIPTOR_SIZE,) and g.descriptors.dtype == np.float32
+    # C2H6O: 2 * 12.011 + 6 * 1.008 + 15.999; one OH donor and acceptor, both carbons sp3, no rings
+    assert _descriptor(ethanol, "MolWt") == pytest.approx(46.069, abs=1e-3)
+    assert [_descriptor(ethanol, n) for n in ("HeavyAtomCount", "NumHDonors", "NumHAcceptors", "RingCount")] == [3, 1, 1, 0]
+    assert _descriptor(ethanol, "FractionCSP3") == 1.0
+    assert _descriptor(ethanol, "TPSA") == pytest.approx(20.23)  # Ertl's hydroxyl contribution
+    # C6H6: one aromatic ring, no polar surface, no sp3 carbon; more lipophilic than ethanol
+    assert [_descriptor(benzene, n) for n in ("RingCount", "NumAromaticRings", "TPSA", "FractionCSP3")] == [1, 1, 0, 0]
+    assert _descriptor(benzene, "MolLogP") > _descriptor(ethanol, "MolLogP") + 1
+
+
+def test_descriptors_do_not_depend_on_the_input_smiles_and_batch_per_molecule():
+    a, b = featurize_smiles("OCC"), featurize_smiles("C(O)C")
+    assert np.array_equal(a.descriptors, b.descriptors)
+    batch = batch_graphs([featurize_smiles("CCO"), featurize_smiles("[Na+]"), featurize_smiles("c1ccccc1")])
+    assert batch["descriptors"].shape == (3, DESCRIPTOR_SIZE) and batch["descriptors"].dtype == np.float32
+    assert np.array_equal(batch["descriptors"][0], a.descriptors)
+    assert np.isfinite(batch["descriptors"]).all()

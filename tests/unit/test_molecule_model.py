@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.molecules.featurize import MODEL_INPUTS, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.featurize import MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, encode_tokens, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
@@ -61,7 +61,9 @@ def test_each_fallback_mode_gives_finite_outputs_that_use_the_present_view():
     fused = forward(net, inputs(smiles))
     graph_only = forward(net, inputs(smiles, drop_tokens=(0, 1, 2)))
     smiles_only = forward(net, inputs(smiles, drop_graph=(0, 1, 2)))
-    neither = forward(net, inputs(smiles, drop_tokens=(0, 1, 2), drop_graph=(0, 1, 2)))
+    no_views = inputs(smiles, drop_tokens=(0, 1, 2), drop_graph=(0, 1, 2))
+    no_views["descriptors"][:] = no_views["descriptors"][0]
+    neither = forward(net, no_views)
     for out in (fused, graph_only, smiles_only, neither):
         assert out.shape == (3,) and torch.isfinite(out).all()
     assert not torch.allclose(fused, graph_only) and not torch.allclose(fused, smiles_only)
@@ -70,7 +72,29 @@ def test_each_fallback_mode_gives_finite_outputs_that_use_the_present_view():
     other["atom_features"][:, 0] = 0
     assert torch.allclose(forward(net, other), smiles_only)
     assert torch.allclose(forward(net, inputs(["CCN", "c1ccccc1O", "C"], drop_tokens=(0, 1, 2)))[1:], graph_only[1:])
-    assert torch.allclose(neither, neither[0].expand(3))  # nothing known: the same answer for all
+    assert torch.allclose(neither, neither[0].expand(3))  # only the (equal) descriptors known: the same answer for all
+
+
+def test_descriptors_are_standardised_with_stored_training_statistics_and_clipped():
+    net = model()
+    train = inputs(HANDFUL)["descriptors"].astype(np.float64)
+    train[:, 3] = 7.0  # a constant column keeps scale 1
+    net.fit_descriptor_scaling(train)
+    assert np.allclose(net.descriptor_mean.numpy(), train.mean(axis=0))
+    expected_scale = train.std(axis=0)
+    expected_scale[3] = 1.0
+    assert np.allclose(net.descriptor_scale.numpy(), expected_scale)
+    assert "descriptor_mean" in net.state_dict()  # travels with the checkpoint and into ONNX
+    arrays = inputs(["CCO", "c1ccccc1O"])
+    base = forward(net, arrays)
+    changed = {**arrays, "descriptors": arrays["descriptors"].copy()}
+    changed["descriptors"][0, 0] += 3.0  # logP of the first molecule only
+    out = forward(net, changed)
+    assert not torch.isclose(out[0], base[0]) and torch.isclose(out[1], base[1])
+    huge, huger = ({**arrays, "descriptors": np.full_like(arrays["descriptors"], v)} for v in (1e6, 1e9))
+    assert torch.allclose(forward(net, huge), forward(net, huger))  # clipped: far outside training is bounded
+    plain = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": False}))
+    assert torch.allclose(forward(plain, arrays), forward(plain, changed))  # descriptors: false ignores them
 
 
 def test_attention_stays_inside_each_molecule():
@@ -121,7 +145,7 @@ def test_pretraining_objectives_are_finite_and_leave_inputs_alone():
     net = model()
     objective = MoleculePretrainer(net, 13, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5, temperature=0.1)
     batch = tensors(inputs(["CCO", "c1ccncc1", "CC(=O)O"]), CPU)
-    atoms, tokens = batch[0].clone(), batch[-1].clone()
+    atoms, tokens = batch[0].clone(), batch[MODEL_INPUTS.index("tokens")].clone()
     hidden_atoms = torch.zeros(len(atoms), dtype=torch.bool)
     hidden_atoms[[0, 4]] = True
     hidden_tokens = torch.zeros_like(tokens, dtype=torch.bool)
@@ -132,7 +156,7 @@ def test_pretraining_objectives_are_finite_and_leave_inputs_alone():
     total.backward()
     assert net.smiles_encoder.token_embedding.weight.grad.abs().sum() > 0
     assert net.encoder.positional.weight.grad.abs().sum() > 0
-    assert torch.equal(batch[0], atoms) and torch.equal(batch[-1], tokens)
+    assert torch.equal(batch[0], atoms) and torch.equal(batch[MODEL_INPUTS.index("tokens")], tokens)
 
 
 def test_info_nce_prefers_aligned_pairs():
@@ -189,11 +213,8 @@ def exported(tmp_path_factory):
     torch.manual_seed(0)
     ensemble = CalibratedRegressorEnsemble([model(seed=s) for s in (0, 1)], target_mean=-3.0, target_std=2.0,
                                            scale=1.5).eval()
-    axes = {"atom_features": {0: "atoms"}, "edge_index": {1: "bonds"}, "bond_features": {0: "bonds"},
-            "positional": {0: "atoms"}, "batch": {0: "atoms"}, "atom_mask": {0: "molecules", 1: "slots"},
-            "graph_mask": {0: "molecules"}, "tokens": {0: "molecules", 1: "tokens"}}
     example = inputs(["CCN", "c1ccccc1", "CCO"])
-    path = export_onnx(ensemble, {k: torch.from_numpy(example[k]) for k in MODEL_INPUTS}, axes,
+    path = export_onnx(ensemble, {k: torch.from_numpy(example[k]) for k in MODEL_INPUTS}, MODEL_INPUT_AXES,
                        ["value", "uncertainty"], tmp_path_factory.mktemp("onnx") / "molecule.onnx")
     return ensemble, load_session(path, prefer_cuda=False)[0], path
 
