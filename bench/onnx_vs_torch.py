@@ -1,7 +1,9 @@
 """ONNX Runtime against PyTorch eager on the models `make run` trained (not a test).
 
 Both families, batch sizes 1, 16 and 64, the same calibrated ensemble in both runtimes; molecules
-also with featurisation (SMILES -> arrays) included. Run it after `make run`, from the project root:
+also with featurisation (SMILES -> arrays) included; the sensor model also as its int8 version
+(models/quantization.py, calibrated on validation windows, what `sensor.export.quantize: true` exports), with
+how far its test probabilities move. Run it after `make run` (float export, the default), from the project root:
 
     .venv/bin/python bench/onnx_vs_torch.py [--repeats 30]
 
@@ -15,10 +17,12 @@ import argparse
 import json
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from data.molecules.featurize import MODEL_INPUTS
@@ -33,6 +37,7 @@ from flows.sensor.artifacts import load_ensemble as load_sensor_ensemble
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble
 from models.molecule.training import model_arrays
 from models.onnx_runtime import load_session, run
+from models.quantization import quantize_sensor_model
 from models.sensor.calibrated import calibrated_ensemble
 
 RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
@@ -50,11 +55,20 @@ def median_ms(call: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def sensor_rows(repeats: int) -> list[dict]:
+def sensor_rows(repeats: int, workdir: Path) -> list[dict]:
+    if read_json(SENSOR.model_card).get("quantization"):
+        raise SystemExit("the exported sensor model is already int8: export it with sensor.export.quantize: false")
     members, featurizer, _ = load_sensor_ensemble(SENSOR.finetuned)
     model = calibrated_ensemble(members, read_json(SENSOR.calibration)).eval()
     session, provider = load_session(SENSOR.onnx, prefer_cuda=False)
-    windows = load_prepared(SENSOR.prepared).windows["test"].X
+    prepared = load_prepared(SENSOR.prepared)
+    int8_path = quantize_sensor_model(SENSOR.onnx, workdir / "sensor_int8.onnx",
+                                      featurizer.transform(prepared.windows["val"].X))
+    int8_session, _ = load_session(int8_path, prefer_cuda=False)
+    windows = prepared.windows["test"].X
+    every = featurizer.transform(windows)
+    moved = float(np.abs(run(int8_session, {"features": every})["probability"]
+                         - run(session, {"features": every})["probability"]).max())
     rows = []
     for batch in BATCHES:
         features = featurizer.transform(windows[:batch])
@@ -62,8 +76,10 @@ def sensor_rows(repeats: int) -> list[dict]:
         with torch.no_grad():
             eager = median_ms(lambda: model(tensor), repeats)
         onnx = median_ms(lambda: run(session, {"features": features}), repeats)
+        int8 = median_ms(lambda: run(int8_session, {"features": features}), repeats)
         rows.append({"model": "sensor", "batch": batch, "featurisation": "excluded", "torch_ms": eager,
-                     "onnxruntime_ms": onnx, "speedup": eager / onnx, "provider": provider})
+                     "onnxruntime_ms": onnx, "speedup": eager / onnx, "provider": provider,
+                     "onnxruntime_int8_ms": int8, "int8_speedup": eager / int8, "int8_max_probability_diff": moved})
     return rows
 
 
@@ -106,15 +122,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
-    rows = sensor_rows(args.repeats) + molecule_rows(args.repeats)
+    with tempfile.TemporaryDirectory(prefix="onnx-bench-") as tmp:
+        rows = sensor_rows(args.repeats, Path(tmp)) + molecule_rows(args.repeats)
     meta = {"machine": platform.processor() or platform.machine(), "torch_threads": torch.get_num_threads(),
             "repeats": args.repeats}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "onnx_vs_torch.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    lines = ["| model | batch | featurisation | PyTorch eager (ms) | ONNX Runtime (ms) | speed-up |",
-             "|---|---|---|---|---|---|"]
-    lines += [f"| {r['model']} | {r['batch']} | {r['featurisation']} | {r['torch_ms']:.2f} | "
-              f"{r['onnxruntime_ms']:.2f} | {r['speedup']:.2f}x |" for r in rows]
+    lines = ["| model | batch | featurisation | PyTorch eager (ms) | ONNX Runtime (ms) | speed-up | "
+             "ONNX Runtime int8 (ms) | int8 speed-up |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        int8 = (f"{r['onnxruntime_int8_ms']:.2f} | {r['int8_speedup']:.2f}x" if "int8_speedup" in r else "n/a | n/a")
+        lines.append(f"| {r['model']} | {r['batch']} | {r['featurisation']} | {r['torch_ms']:.2f} | "
+                     f"{r['onnxruntime_ms']:.2f} | {r['speedup']:.2f}x | {int8} |")
+    moved = next(r["int8_max_probability_diff"] for r in rows if "int8_max_probability_diff" in r)
+    lines.append(f"\nint8 sensor model: max |probability - float probability| on the test windows {moved:.4f}")
     (RESULTS / "onnx_vs_torch.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -18,7 +18,8 @@ from ruamel.yaml.comments import CommentedMap
 from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows.config import ExportConfig, OrchestrationConfig, RegistryConfig, SweepConfig, TrackingConfig
+from flows.config import (ExportConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, SweepConfig,
+                          TrackingConfig)
 from models.molecule.config import (
     MoleculeCalibrateConfig,
     MoleculeFinetuneConfig,
@@ -44,7 +45,7 @@ class SensorParams(StrictModel):
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
     baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
-    export: ExportConfig = Field(default_factory=ExportConfig)
+    export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
             model_name="sensor-failure-detector", primary_metric="pr_auc", mode="max", max_calibration_error=0.1

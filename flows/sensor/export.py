@@ -20,7 +20,9 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import check_parity, export_onnx
 from models.metrics import classification_metrics
+from models.onnx_runtime import load_session, run
 from models.predictors import SensorPredictor
+from models.quantization import quantize_sensor_model
 from models.sensor.calibrated import calibrated_ensemble
 
 INPUTS = {"features": {0: "batch", 2: "time"}}
@@ -39,6 +41,23 @@ def parity(model: torch.nn.Module, predictor: SensorPredictor, windows: np.ndarr
         expected = model(torch.from_numpy(predictor.featurizer.transform(windows)))
     got = predictor.predict(windows)
     return check_parity(expected, [got[name] for name in OUTPUTS])
+
+
+@compute_task(name="quantize-int8")
+def quantize(features_val: np.ndarray, max_diff: float) -> float:
+    """Replace SENSOR.onnx by its int8 version (calibrated on validation features (n, 2C, T)); returns the max
+    |int8 - float| over both outputs on those windows. Above `max_diff` it raises and the float file stays."""
+    candidate = SENSOR.onnx.with_name("model.int8.onnx")
+    quantize_sensor_model(SENSOR.onnx, candidate, features_val)
+    float_out = run(load_session(SENSOR.onnx, prefer_cuda=False)[0], {"features": features_val})
+    int8_out = run(load_session(candidate, prefer_cuda=False)[0], {"features": features_val})
+    diff = max(float(np.abs(int8_out[name] - float_out[name]).max()) for name in OUTPUTS)
+    if diff > max_diff:
+        candidate.unlink()
+        raise ValueError(f"int8 model moves outputs by up to {diff:.3f} on validation windows, more than "
+                         f"sensor.export.quantize_max_diff = {max_diff}; export without quantize or raise the bound")
+    candidate.replace(SENSOR.onnx)
+    return diff
 
 
 @flow(name="sensor-export")
@@ -68,6 +87,13 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     }
     predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)
     max_diff = parity(model, predictor, val.X[:256])
+    settings = params.sensor.export
+    card["quantization"] = None
+    if settings.quantize:
+        moved = quantize(featurizer.transform(val.X), settings.quantize_max_diff)
+        card["quantization"] = {"weights": "int8", "conv": "static, per channel, MinMax on validation windows",
+                                "matmul": "dynamic, per channel", "max_abs_diff_vs_float": moved}
+        predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)  # test metrics below are the int8 model's
     out = predictor.predict(test.X)
     metrics = classification_metrics(test.y, out["probability"], card["threshold"])
     card.update({"test_metrics": metrics, "calibration_error": metrics["ece"], "parity_max_abs_diff": max_diff,
@@ -80,8 +106,11 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     }).to_csv(SENSOR.predictions, index=False)
     with stage_run(params.tracking, "sensor", "export", {"export": params.sensor.export.model_dump()}, {"sensor": SENSOR.prepared}):
         mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()}})
+        if card["quantization"]:
+            mlflow.log_metric("quantize_max_abs_diff", card["quantization"]["max_abs_diff_vs_float"])
         mlflow.log_artifact(str(SENSOR.model_card))
-    print(f"sensor model exported (parity {max_diff:.1e}); test PR-AUC {metrics['pr_auc']:.4f}, ECE {metrics['ece']:.4f}")
+    kind = "int8" if card["quantization"] else "float"
+    print(f"sensor model exported ({kind}, parity of the float graph {max_diff:.1e}); test PR-AUC {metrics['pr_auc']:.4f}, ECE {metrics['ece']:.4f}")
     return card
 
 

@@ -95,3 +95,26 @@ def test_a_param_change_reruns_exactly_the_stages_it_affects(pipeline):
     assert {"sensor_calibrate", "sensor_baseline"} <= ran
     assert not ran & {"sensor_prepare", "sensor_pretrain", "sensor_finetune"}
     assert not any(name.startswith("molecule_") for name in ran)
+
+
+def test_quantize_exports_evaluates_and_registers_the_int8_model(pipeline):
+    """Runs last: `sensor.export.quantize: true` re-runs the export for real and registers the int8 file."""
+    import onnx
+
+    root, _ = pipeline
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    params["sensor"]["export"]["quantize"] = True
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run(root, "dvc", "repro", "sensor_register")
+    export = root / "artifacts" / "sensor" / "export"
+    card = json.loads((export / "model_card.json").read_text())
+    assert 0 < card["quantization"]["max_abs_diff_vs_float"] <= params["sensor"]["export"]["quantize_max_diff"]
+    ops = {node.op_type for node in onnx.load(str(export / "model.onnx")).graph.node}
+    assert "QLinearConv" in ops and "MatMulInteger" in ops and "Conv" not in ops
+    assert not (export / "model.int8.onnx").exists()
+    client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
+    newest = max(client.search_model_versions("name='sensor-failure-detector'"), key=lambda v: int(v.version))
+    assert newest.tags["onnx_sha256"] == card["onnx_sha256"]  # the registered file is the evaluated int8 one
+    metrics = json.loads((root / "metrics" / "sensor.json").read_text())
+    assert metrics["registered_version"] == newest.version
+    assert metrics["model"]["pr_auc"] == pytest.approx(card["test_metrics"]["pr_auc"])

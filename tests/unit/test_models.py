@@ -1,6 +1,7 @@
 """Sensor torch modules: shapes, causality, masking, the ability to fit, and ONNX parity on unseen sizes."""
 
 import numpy as np
+import pytest
 import torch
 
 from models.export import CalibratedClassifierEnsemble, export_onnx
@@ -71,3 +72,34 @@ def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(tmp_path):
             probability, uncertainty = model(x)
         assert np.abs(out["probability"] - probability.numpy()).max() <= 1e-4
         assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
+
+
+def featurised(batch: int, time: int, channels: int = 3) -> torch.Tensor:
+    """Random (batch, 2C, time) featurised windows: values, then 0/1 observed-masks with ~10 % missing (value 0)."""
+    mask = (torch.rand(batch, channels, time) > 0.1).float()
+    return torch.cat([torch.randn(batch, channels, time) * mask, mask], dim=1)
+
+
+def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):
+    import onnx
+
+    from models.quantization import quantize_sensor_model
+
+    torch.manual_seed(0)
+    model = CalibratedClassifierEnsemble([SensorClassifier(6, SMALL_SENSOR) for _ in range(2)], 1.0).eval()
+    source = export_onnx(model, {"features": featurised(4, 32)}, {"features": {0: "batch", 2: "time"}},
+                         ["probability", "uncertainty"], tmp_path / "float.onnx")
+    calibration = featurised(128, 32).numpy()
+    target = quantize_sensor_model(source, tmp_path / "int8.onnx", calibration)
+    ops = [node.op_type for node in onnx.load(str(target)).graph.node]
+    before = [node.op_type for node in onnx.load(str(source)).graph.node]
+    assert "Conv" not in ops and ops.count("QLinearConv") == before.count("Conv")
+    # every MatMul with a weight matrix is quantised; attention's activation x activation products stay float
+    assert ops.count("MatMulInteger") > 0 and ops.count("MatMul") == 2 * 2  # members x (scores, weighted values)
+    x = featurised(64, 32).numpy()  # not the calibration windows
+    float_out = run(load_session(source, prefer_cuda=False)[0], {"features": x})
+    int8_out = run(load_session(target, prefer_cuda=False)[0], {"features": x})
+    diff = np.abs(int8_out["probability"] - float_out["probability"])
+    assert 0 < diff.max() < 0.05  # int8 moves the outputs, a little
+    with pytest.raises(ValueError, match="calibration window"):
+        quantize_sensor_model(source, tmp_path / "none.onnx", calibration[:0])
