@@ -8,9 +8,10 @@ Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results a
 bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
 "<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
 
-Variants of ours: `full` (pretrained encoder, robust loss (GCE) + mixup, calibration chosen on validation),
-`no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise) and `no_calibration` (the full
-model's raw ensemble probability). Baselines are uncalibrated, as in the anchors.
+Variants of ours: `full` (pretrained encoder, window-statistics branch, robust loss (GCE) + mixup, calibration
+chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
+`no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
+probability). Baselines are uncalibrated, as in the anchors.
 """
 
 from __future__ import annotations
@@ -48,7 +49,9 @@ DATASETS = {
     "skab": dict(source="skab", path=SHARED / "skab", window=32, stride=4, horizon=0, split="unit",
                  unit_order="shuffled", drop_constant=True, val_fraction=0.2, test_fraction=0.2),
 }
-MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2)
+# statistics_bins: the window-statistics branch (piecewise-linear encoded, models/sensor/piecewise.py); why:
+# docs/sensor.md, "SKAB". The `no_statistics` variant is the same model without it.
+MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2, statistics_bins=16)
 PRETRAIN = dict(epochs=3, batch_size=256, lr=0.001)
 # Robust recipe: generalized cross entropy (q = 0.3) + time-series mixup. No small-loss curriculum: on clean
 # FD001 dropping the 10 % largest losses throws away the hard windows near the 30-cycle boundary and cost
@@ -109,7 +112,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     model_cfg = SensorModelConfig(**MODEL)
     torch.manual_seed(seed)
     encoder_state = None
-    if {"full", "no_calibration", "plain_ce"} & set(variants):
+    if {"full", "no_calibration", "plain_ce", "no_statistics"} & set(variants):
         t = time.time()
         unlabelled = np.concatenate([train_x, val_x])  # never test windows
         encoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed), device)
@@ -129,6 +132,13 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         out["ours_no_pretraining"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         timings["ours_no_pretraining"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] no pretraining {out['ours_no_pretraining']}", flush=True)
+    if "no_statistics" in variants:
+        t = time.time()
+        bare = SensorModelConfig(**{**MODEL, "statistics_bins": 0})
+        members = ensemble(train_x, train.y, val_x, val.y, bare, robust, encoder_state, device)
+        out["ours_no_statistics"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
+        timings["ours_no_statistics"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] no statistics {out['ours_no_statistics']}", flush=True)
     if "plain_ce" in variants:
         t = time.time()
         plain = SensorFinetuneConfig(**{**FINETUNE, **ROBUST, **PLAIN}, seed=seed)
@@ -149,7 +159,7 @@ def merge(key: str, result: dict) -> None:
 
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
-           ("ours_no_calibration", "ours, no calibration")]
+           ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics")]
 
 
 def table() -> str:
@@ -178,8 +188,8 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["fd001"], choices=sorted(DATASETS))
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce"],
-                        choices=["full", "no_pretraining", "plain_ce"])
+    parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
+                        choices=["full", "no_pretraining", "plain_ce", "no_statistics"])
     parser.add_argument("--rocket-features", type=int, default=9996)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--table", action="store_true", help="only print the markdown table of the stored results")

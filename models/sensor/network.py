@@ -7,6 +7,7 @@ heads.py, encoder.py (SensorEncoder); this module assembles the classifier and t
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -15,6 +16,8 @@ from models.sensor.config import SensorModelConfig
 from models.sensor.encoder import SensorEncoder
 from models.sensor.heads import ClassificationHead, ProjectionHead
 from models.sensor.norm import StepNorm
+from models.sensor.piecewise import PiecewiseLinearEncoding
+from models.sensor.statistics import WindowStatistics
 from models.sensor.tcn import CausalConvBlock
 
 __all__ = ["CausalConvBlock", "StepNorm", "SensorEncoder", "SensorClassifier", "MaskedReconstruction",
@@ -22,15 +25,40 @@ __all__ = ["CausalConvBlock", "StepNorm", "SensorEncoder", "SensorClassifier", "
 
 
 class SensorClassifier(nn.Module):
-    """Encoder + classification head: (B, 2C, T) -> failure logits (B,)."""
+    """Encoder (+ encoded window statistics) + classification head: (B, 2C, T) -> failure logits (B,).
+
+    With `cfg.statistics_bins` K > 0 the per-channel window statistics (B, 6C) are piecewise-linear encoded over K
+    training-quantile bins (B, 6CK), mapped by a linear layer and ReLU to (B, H) and concatenated to the encoder's
+    embedding (B, 2H) before the head. `fit_statistics(train_x)` sets the bins; call it before training.
+    """
 
     def __init__(self, in_channels: int, cfg: SensorModelConfig):
         super().__init__()
         self.encoder = SensorEncoder(in_channels, cfg)
-        self.head = ClassificationHead(self.encoder.embedding_size, cfg.dropout)
+        size = self.encoder.embedding_size
+        self.statistics = None
+        if cfg.statistics_bins:
+            statistics = WindowStatistics(in_channels // 2)
+            encoding = PiecewiseLinearEncoding(statistics.size, cfg.statistics_bins)
+            self.statistics = nn.Sequential(statistics, encoding, nn.Linear(encoding.size, cfg.hidden), nn.ReLU())
+            size += cfg.hidden
+        self.head = ClassificationHead(size, cfg.dropout)
+
+    @torch.no_grad()
+    def fit_statistics(self, x: np.ndarray, batch_size: int = 4096) -> SensorClassifier:
+        """Bin edges of the statistics encoding from training features x (n, 2C, T); no-op without statistics."""
+        if self.statistics is not None:
+            compute = self.statistics[0]
+            values = [compute(torch.from_numpy(np.asarray(x[i:i + batch_size], dtype=np.float32)))
+                      for i in range(0, len(x), batch_size)]
+            self.statistics[1].fit(torch.cat(values).numpy())
+        return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x))
+        z = self.encoder(x)
+        if self.statistics is not None:
+            z = torch.cat([z, self.statistics(x)], dim=-1)
+        return self.head(z)
 
 
 class MaskedReconstruction(nn.Module):

@@ -148,7 +148,7 @@ def finetune_member(
     if distributed is not None:
         device = distributed.device()
     torch.manual_seed(seed)
-    model = SensorClassifier(train_x.shape[1], model_cfg)
+    model = SensorClassifier(train_x.shape[1], model_cfg).fit_statistics(train_x)
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
     train_y = np.asarray(train_y, dtype=np.float32)

@@ -58,26 +58,29 @@ def test_random_spans_hide_about_the_requested_share():
     assert 0.15 < mask.float().mean().item() <= 0.25
 
 
-def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(tmp_path):
+def featurised(batch: int, time: int, channels: int = 3) -> torch.Tensor:
+    """Random (batch, 2C, time) featurised windows: values, then 0/1 observed-masks with ~10 % missing (value 0)."""
+    mask = (torch.rand(batch, channels, time) > 0.1).float()
+    return torch.cat([torch.randn(batch, channels, time) * mask, mask], dim=1)
+
+
+@pytest.mark.parametrize("bins", [0, 4])
+def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(tmp_path, bins):
     torch.manual_seed(0)
-    model = CalibratedClassifierEnsemble([SensorClassifier(6, SMALL_SENSOR) for _ in range(2)], 1.7).eval()
-    path = export_onnx(model, {"features": torch.randn(4, 6, 32)}, {"features": {0: "batch", 2: "time"}},
+    cfg = SMALL_SENSOR.model_copy(update={"statistics_bins": bins})
+    members = [SensorClassifier(6, cfg).fit_statistics(featurised(256, 32).numpy()) for _ in range(2)]
+    model = CalibratedClassifierEnsemble(members, 1.7).eval()
+    path = export_onnx(model, {"features": featurised(4, 32)}, {"features": {0: "batch", 2: "time"}},
                        ["probability", "uncertainty"], tmp_path / "sensor.onnx")
     session, provider = load_session(path)
     assert provider == "CPUExecutionProvider" or provider == "CUDAExecutionProvider"
     for shape in [(1, 6, 32), (64, 6, 32), (3, 6, 500)]:
-        x = torch.randn(*shape)
+        x = featurised(shape[0], shape[2])
         out = run(session, {"features": x.numpy()})
         with torch.no_grad():
             probability, uncertainty = model(x)
         assert np.abs(out["probability"] - probability.numpy()).max() <= 1e-4
         assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
-
-
-def featurised(batch: int, time: int, channels: int = 3) -> torch.Tensor:
-    """Random (batch, 2C, time) featurised windows: values, then 0/1 observed-masks with ~10 % missing (value 0)."""
-    mask = (torch.rand(batch, channels, time) > 0.1).float()
-    return torch.cat([torch.randn(batch, channels, time) * mask, mask], dim=1)
 
 
 def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):

@@ -85,3 +85,53 @@ def test_isotonic_ensemble_onnx_matches_torch_and_the_numpy_calibration(tmp_path
         assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
         # evaluation (numpy, from member logits) and serving (ONNX graph) agree
         assert np.abs(calibrated_probability(logits, calibration) - out["probability"]).max() <= 1e-4
+
+
+def test_window_statistics_match_the_baseline_summary_features():
+    from data.sensors.summary_features import summary_features
+    from models.sensor.statistics import WindowStatistics
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(5, 3, 20))
+    X[0, 1, 3:7] = np.nan       # a gap
+    X[1, 2, :-1] = np.nan       # one observed step: std 0, slope 0
+    X[2, 0, :] = np.nan         # all missing: zeros
+    observed = ~np.isnan(X)
+    x = torch.from_numpy(np.concatenate([np.where(observed, X, 0.0), observed], axis=1).astype(np.float32))
+    stats = WindowStatistics(3)(x).numpy()
+    # the last step is observed wherever a channel has data, so "last" is the baseline's last observed value
+    np.testing.assert_allclose(stats, summary_features(X), atol=1e-5)
+
+
+def test_piecewise_linear_encoding_by_hand():
+    from models.sensor.piecewise import PiecewiseLinearEncoding
+
+    encoding = PiecewiseLinearEncoding(2, bins=4)
+    values = np.stack([np.arange(9.0), np.full(9, 5.0)], axis=1)    # feature 0: 0..8; feature 1: constant
+    encoding.fit(values)
+    edges = encoding.edges.numpy()
+    np.testing.assert_allclose(edges[0], [0, 2, 4, 6, 8])           # the training quantiles
+    assert (np.diff(edges, axis=1) > 0).all()                        # a constant feature still gets increasing edges
+    out = encoding(torch.tensor([[5.0, 4.0], [-3.0, 6.0], [99.0, 5.0]])).numpy().reshape(3, 2, 4)
+    np.testing.assert_allclose(out[0, 0], [1, 1, 0.5, 0])           # 5 is half-way through the third bin
+    np.testing.assert_allclose(out[1, 0], [0, 0, 0, 0])             # below the first edge
+    np.testing.assert_allclose(out[2, 0], [1, 1, 1, 1])             # above the last edge
+    assert out[1, 1].sum() > out[0, 1].sum()                         # monotone in the value, even for the constant one
+    with pytest.raises(ValueError, match="expected"):
+        encoding.fit(np.zeros((3, 5)))
+
+
+def test_statistics_branch_is_fitted_on_training_features_and_sees_a_level_shift():
+    torch.manual_seed(0)
+    cfg = TINY.model_copy(update={"statistics_bins": 8})
+    x = torch.cat([torch.randn(64, 3, 16), torch.ones(64, 3, 16)], dim=1)
+    model = SensorClassifier(6, cfg).fit_statistics(x.numpy()).eval()
+    edges = model.statistics[1].edges
+    assert edges.shape == (18, 9) and (edges[:, 1:] > edges[:, :-1]).all()
+    shifted = x.clone()
+    shifted[:, 0] += 0.5
+    with torch.no_grad():
+        assert model(x).shape == (64,)
+        assert not torch.allclose(model.statistics(x), model.statistics(shifted))
+    plain = SensorClassifier(6, TINY)
+    assert plain.statistics is None and plain.fit_statistics(x.numpy()) is plain
