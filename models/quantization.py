@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 from onnxruntime.quantization import (CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType,
                                       quantize_dynamic, quantize_static)
 from onnxruntime.quantization.shape_inference import quant_pre_process
@@ -36,11 +37,14 @@ def quantize_sensor_model(source: str | Path, target: str | Path, calibration: n
     target = Path(target)
     with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
         prepared, convs = Path(tmp) / "prepared.onnx", Path(tmp) / "static_conv.onnx"
-        quant_pre_process(str(source), str(prepared))
+        quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)  # ORT's symbolic pass fails here
         quantize_static(str(prepared), str(convs), _Batches(np.asarray(calibration, dtype=np.float32), batch_size),
                         quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         calibrate_method=CalibrationMethod.MinMax)
+        static = onnx.load(str(convs))
+        del static.graph.value_info[:]  # stale shapes from before the Conv rewrite fail the next shape inference
+        onnx.save(static, str(convs))
         quantize_dynamic(str(convs), str(target), op_types_to_quantize=["MatMul"], per_channel=True,
                          weight_type=QuantType.QInt8)
     return target

@@ -25,7 +25,7 @@ class SensorModelConfig(StrictModel):
     ff_multiplier: int = Field(2, ge=1, description="transformer feed-forward width = ff_multiplier * hidden")
     projection: int = Field(32, ge=2, description="size of the contrastive projection head's output")
     statistics_bins: int = Field(
-        0, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
+        16, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
         "piecewise-linear encoded over K training-quantile bins, also feed the head (models/sensor/piecewise.py)"
     )
 
