@@ -206,9 +206,9 @@ class MoleculeNet(nn.Module):
         self.graph_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.smiles_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.gate = nn.Sequential(nn.Linear(2 * cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden))
-        self.register_buffer("descriptor_mean", torch.zeros(DESCRIPTOR_SIZE))
-        self.register_buffer("descriptor_scale", torch.ones(DESCRIPTOR_SIZE))
         if self.use_descriptors:
+            self.register_buffer("descriptor_mean", torch.zeros(DESCRIPTOR_SIZE))
+            self.register_buffer("descriptor_scale", torch.ones(DESCRIPTOR_SIZE))
             self.descriptor_mlp = nn.Sequential(nn.Linear(DESCRIPTOR_SIZE, cfg.hidden), nn.ReLU(),
                                                 nn.Linear(cfg.hidden, cfg.hidden))
         head_in = cfg.hidden * (2 if self.use_descriptors else 1)
@@ -217,7 +217,10 @@ class MoleculeNet(nn.Module):
         )
 
     def fit_descriptor_scaling(self, descriptors) -> None:
-        """Store the mean and standard deviation (a constant column: 1) of training descriptors (n, D)."""
+        """Store the mean and standard deviation (a constant column: 1) of training descriptors (n, D); no-op
+        without descriptors."""
+        if not self.use_descriptors:
+            return
         values = torch.as_tensor(descriptors, dtype=torch.float64)
         std = values.std(dim=0, unbiased=False)
         self.descriptor_mean.copy_(values.mean(dim=0))
