@@ -35,6 +35,22 @@ def _save_atomic(state: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _rng_state(device: torch.device) -> dict:
+    """The generators an epoch draws from: the CPU's, and the device's on CUDA (dropout runs there)."""
+    state = {"cpu": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def _set_rng_state(state: dict | torch.Tensor, device: torch.device) -> None:
+    if isinstance(state, torch.Tensor):  # a checkpoint written before the device's generator was saved
+        state = {"cpu": state}
+    torch.set_rng_state(state["cpu"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 def train(
     model: torch.nn.Module,
     batches: Callable[[int], Iterable],
@@ -85,7 +101,7 @@ def train(
         if state.get("key") == checkpoint_key:
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
-            torch.set_rng_state(state["rng"])
+            _set_rng_state(state["rng"], device)
             result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
             best_state, stale, stopped = state["best_state"], state["stale"], state["stopped"]
             start = state["epoch"] + 1
@@ -131,7 +147,7 @@ def train(
         stopped = patience is not None and stale > patience
         if checkpoint is not None and main:
             _save_atomic({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
-                          "optimiser": optimiser.state_dict(), "rng": torch.get_rng_state(),
+                          "optimiser": optimiser.state_dict(), "rng": _rng_state(device),
                           "history": result.history, "best_score": result.best_score,
                           "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
                           "stopped": stopped}, checkpoint)

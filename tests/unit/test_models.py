@@ -4,10 +4,12 @@ import numpy as np
 import pytest
 import torch
 
+from models.device import autocast
 from models.export import CalibratedClassifierEnsemble, export_onnx
 from models.onnx_runtime import load_session, run
 from models.sensor.config import SensorModelConfig
 from models.sensor.network import CausalConvBlock, MaskedReconstruction, SensorClassifier, random_spans
+from tests.devices import DEVICES
 
 SMALL_SENSOR = SensorModelConfig(hidden=8, layers=2, dropout=0.0)
 
@@ -24,15 +26,18 @@ def test_causal_block_never_looks_ahead():
     assert not torch.allclose(block(x)[..., 12:], block(changed)[..., 12:])
 
 
-def test_sensor_classifier_shapes_and_overfits_a_tiny_batch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_sensor_classifier_shapes_and_overfits_a_tiny_batch(device):
+    """As training runs it: bf16 autocast on CUDA, plain float32 on the CPU."""
     torch.manual_seed(0)
-    model = SensorClassifier(6, SMALL_SENSOR)
-    x, y = torch.randn(16, 6, 24), torch.tensor([0.0, 1.0] * 8)
+    model = SensorClassifier(6, SMALL_SENSOR).to(device)
+    x, y = torch.randn(16, 6, 24, device=device), torch.tensor([0.0, 1.0] * 8, device=device)
     assert model(x).shape == (16,)
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(200):
         optimiser.zero_grad()
-        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x), y)
+        with autocast(device):
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(model(x).float(), y)
         loss.backward()
         optimiser.step()
     assert loss.item() < 0.05

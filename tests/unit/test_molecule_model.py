@@ -15,8 +15,10 @@ from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig
 from models.molecule.network import MoleculePretrainer, info_nce
 from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, lr_factor, model_arrays,
                                       tensors)
+from models.device import autocast
 from models.training import train
 from models.onnx_runtime import load_session, run
+from tests.devices import DEVICES
 
 SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1)
 HANDFUL = ["CCO", "c1ccccc1", "CC(=O)O", "C[N+](C)(C)C", "O", "CCCCCCCC", "Clc1ccc(Br)cc1", "C1CC1"]
@@ -115,18 +117,22 @@ def test_single_view_models_ignore_the_other_view():
     assert torch.allclose(forward(smiles_model, base), forward(smiles_model, scrambled))
 
 
-def test_fused_model_fits_a_handful_and_its_fallbacks_stay_finite():
-    net = model()
-    y = torch.tensor([-0.5, 1.0, 0.3, -1.2, 2.0, -2.0, 0.8, -0.1])
-    batch = tensors(inputs(HANDFUL), CPU)
+@pytest.mark.parametrize("device", DEVICES)
+def test_fused_model_fits_a_handful_and_its_fallbacks_stay_finite(device):
+    """As training runs it: bf16 autocast on CUDA, plain float32 on the CPU."""
+    net = model().to(device)
+    y = torch.tensor([-0.5, 1.0, 0.3, -1.2, 2.0, -2.0, 0.8, -0.1], device=device)
+    batch = tensors(inputs(HANDFUL), device)
     optimiser = torch.optim.Adam(net.parameters(), lr=1e-2)
     net.train()
     for _ in range(150):
         optimiser.zero_grad()
-        loss = torch.nn.functional.mse_loss(net(*batch), y)
+        with autocast(device):
+            loss = torch.nn.functional.mse_loss(net(*batch).float(), y)
         loss.backward()
         optimiser.step()
     assert loss.item() < 0.01
+    net.cpu()
     for arrays in (inputs(HANDFUL, drop_tokens=range(8)), inputs(HANDFUL, drop_graph=range(8))):
         assert torch.isfinite(forward(net, arrays)).all()
 
@@ -141,16 +147,19 @@ def test_training_augmentation_hides_at_most_one_view_per_molecule():
     assert (plain["graph_mask"] == 1).all() and not (plain["tokens"] == 0).all(axis=1).any()
 
 
-def test_pretraining_objectives_are_finite_and_leave_inputs_alone():
+@pytest.mark.parametrize("device", DEVICES)
+def test_pretraining_objectives_are_finite_and_leave_inputs_alone(device):
     net = model()
-    objective = MoleculePretrainer(net, 13, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5, temperature=0.1)
-    batch = tensors(inputs(["CCO", "c1ccncc1", "CC(=O)O"]), CPU)
+    objective = MoleculePretrainer(net, 13, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5,
+                                   temperature=0.1).to(device)
+    batch = tensors(inputs(["CCO", "c1ccncc1", "CC(=O)O"]), device)
     atoms, tokens = batch[0].clone(), batch[MODEL_INPUTS.index("tokens")].clone()
-    hidden_atoms = torch.zeros(len(atoms), dtype=torch.bool)
+    hidden_atoms = torch.zeros(len(atoms), dtype=torch.bool, device=device)
     hidden_atoms[[0, 4]] = True
     hidden_tokens = torch.zeros_like(tokens, dtype=torch.bool)
     hidden_tokens[:, 1] = True
-    total, parts = objective(*batch, hidden_atoms, hidden_tokens)
+    with autocast(device):
+        total, parts = objective(*batch, hidden_atoms, hidden_tokens)
     assert set(parts) == {"masked_atom", "masked_token", "contrastive"}
     assert torch.isfinite(total) and all(v.item() > 0 for v in parts.values())
     total.backward()

@@ -10,9 +10,9 @@ from models.sensor.baselines import fit_minirocket
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
 from models.sensor.minirocket import KERNELS, MiniRocket, _shifted
 from models.sensor.training import class_weights, epoch_indices, finetune_member, mixup, pretrain_encoder
+from tests.devices import DEVICES
 
 TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.2, attention_layers=1, heads=2, projection=4)
-CPU = torch.device("cpu")
 
 
 def data(n=96, c=2, t=16, seed=0):
@@ -28,11 +28,24 @@ def finetune_cfg(**kw):
     return SensorFinetuneConfig(**{**base, **kw})
 
 
-def test_killed_finetuning_resumes_after_its_last_epoch_and_ends_identically(tmp_path, monkeypatch):
+@pytest.fixture
+def deterministic():
+    """Bit-identical kernels, so that a resumed run can equal an uninterrupted one on CUDA as well
+    (cuBLAS needs CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment for it)."""
+    before = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(before)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_killed_finetuning_resumes_after_its_last_epoch_and_ends_identically(tmp_path, monkeypatch, device,
+                                                                            deterministic):
+    """Dropout draws from the device's generator: on CUDA the checkpoint must restore that one too."""
     x, y = data()
     vx, vy = data(seed=1)
     cfg = finetune_cfg()
-    reference, _ = finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=CPU)
+    reference, _ = finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=device)
 
     real_rate, seen = sensor_training.small_loss_rate, []
 
@@ -45,12 +58,12 @@ def test_killed_finetuning_resumes_after_its_last_epoch_and_ends_identically(tmp
     checkpoint = tmp_path / "member.pt"
     monkeypatch.setattr(sensor_training, "small_loss_rate", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=CPU, checkpoint=checkpoint)
+        finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=device, checkpoint=checkpoint)
     assert seen == [0, 1] and checkpoint.exists()
 
     seen.clear()
     monkeypatch.setattr(sensor_training, "small_loss_rate", lambda c, e: seen.append(e) or real_rate(c, e))
-    resumed, result = finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=CPU, checkpoint=checkpoint)
+    resumed, result = finetune_member(x, y, vx, vy, TINY, cfg, None, seed=3, device=device, checkpoint=checkpoint)
     assert result.resumed_from == 1 and seen == [2, 3]
     assert [r["epoch"] for r in result.history] == [0, 1, 2, 3]
     for name, tensor in reference.state_dict().items():
@@ -58,7 +71,7 @@ def test_killed_finetuning_resumes_after_its_last_epoch_and_ends_identically(tmp
 
     # another setting does not resume from this checkpoint
     seen.clear()
-    _, other = finetune_member(x, y, vx, vy, TINY, finetune_cfg(lr=0.005), None, seed=3, device=CPU,
+    _, other = finetune_member(x, y, vx, vy, TINY, finetune_cfg(lr=0.005), None, seed=3, device=device,
                                checkpoint=checkpoint)
     assert other.resumed_from is None and seen == [0, 1, 2, 3]
 
@@ -82,10 +95,11 @@ def test_mixup_mixes_windows_labels_and_weights_alike():
     assert np.all((mw >= 1) & (mw <= 2))
 
 
-def test_pretraining_with_both_objectives_runs_and_learns():
+@pytest.mark.parametrize("device", DEVICES)
+def test_pretraining_with_both_objectives_runs_and_learns(device):
     x, _ = data(n=64)
     cfg = SensorPretrainConfig(epochs=3, batch_size=32, lr=0.01)
-    encoder, result = pretrain_encoder(x, TINY, cfg, CPU)
+    encoder, result = pretrain_encoder(x, TINY, cfg, device)
     losses = [r["train_loss"] for r in result.history]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
     assert set(encoder.state_dict()) == set(sensor_training.SensorClassifier(4, TINY).encoder.state_dict())
