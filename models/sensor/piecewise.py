@@ -36,7 +36,8 @@ class PiecewiseLinearEncoding(nn.Module):
         if values.ndim != 2 or values.shape[1] != self.edges.shape[0] or len(values) == 0:
             raise ValueError(f"expected (n >= 1, {self.edges.shape[0]}) values, got {values.shape}")
         edges = np.quantile(values, np.linspace(0.0, 1.0, self.bins + 1), axis=0).T    # (F, K + 1)
-        widths = np.maximum(np.diff(edges, axis=1), 1e-6)  # a tie (e.g. a constant feature) becomes a narrow step
+        # a tie (e.g. a constant feature) becomes a narrow step, wide enough to stay a step in float32 (relative 1e-5)
+        widths = np.maximum(np.diff(edges, axis=1), 1e-5 * np.maximum(1.0, np.abs(edges[:, :-1])))
         edges = edges[:, :1] + np.concatenate([np.zeros((len(edges), 1)), np.cumsum(widths, axis=1)], axis=1)
         self.edges.copy_(torch.from_numpy(edges))
         return self

@@ -119,6 +119,9 @@ def test_piecewise_linear_encoding_by_hand():
     assert out[1, 1].sum() > out[0, 1].sum()                         # monotone in the value, even for the constant one
     with pytest.raises(ValueError, match="expected"):
         encoding.fit(np.zeros((3, 5)))
+    far = PiecewiseLinearEncoding(1, bins=4).fit(np.full((9, 1), 127.0))  # a tie far from 0: float32 steps
+    assert (far.edges[:, 1:] > far.edges[:, :-1]).all()
+    assert torch.isfinite(far(torch.tensor([[127.0], [126.0], [128.0]]))).all()
 
 
 def test_statistics_branch_is_fitted_on_training_features_and_sees_a_level_shift():
