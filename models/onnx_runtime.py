@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 from pathlib import Path
 
 import numpy as np
@@ -13,12 +16,21 @@ import onnxruntime as ort
 _ERRORS, _FATAL_ONLY = 3, 4
 
 
+@functools.cache
+def _preload_cuda_libraries() -> None:
+    """Load CUDA and cuDNN from the nvidia-* wheels (`pip install '.[gpu]'`), which are not on the library path.
+    Where they are missing ONNX Runtime prints each failure; kept quiet: the session then runs on the CPU."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        ort.preload_dlls()
+
+
 def load_session(path: str | Path, prefer_cuda: bool = True) -> tuple[ort.InferenceSession, str]:
     """An inference session for `path` and the provider it actually runs on."""
     options = ort.SessionOptions()
     options.log_severity_level = _ERRORS
     providers = ["CPUExecutionProvider"]
     if prefer_cuda and "CUDAExecutionProvider" in ort.get_available_providers():
+        _preload_cuda_libraries()
         providers.insert(0, "CUDAExecutionProvider")
     ort.set_default_logger_severity(_FATAL_ONLY)
     try:

@@ -111,3 +111,24 @@ def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):
     assert 0 < diff.max() < 0.05  # int8 moves the outputs, a little
     with pytest.raises(ValueError, match="calibration window"):
         quantize_sensor_model(source, tmp_path / "none.onnx", calibration[:0])
+
+
+def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(tmp_path, capfd):
+    """prefer_cuda: CUDA where its libraries load (the `gpu` extra), else the CPU, without the loader's messages."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 9
+    path = tmp_path / "relu.onnx"
+    onnx.save(model, path)
+    session, provider = load_session(path, prefer_cuda=True)
+    assert provider == session.get_providers()[0]
+    assert provider in ("CUDAExecutionProvider", "CPUExecutionProvider")
+    np.testing.assert_array_equal(run(session, {"x": np.array([-1.0, 2.0], np.float32)})["y"], [0.0, 2.0])
+    if provider == "CPUExecutionProvider":
+        assert "Failed to load" not in capfd.readouterr().out
+    assert load_session(path, prefer_cuda=False)[1] == "CPUExecutionProvider"
