@@ -11,7 +11,8 @@ bench/results/sensor.json after every condition (so a partial run keeps what it 
 Variants of ours: `full` (pretrained encoder, window-statistics branch, robust loss (GCE) + mixup, calibration
 chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
 `no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
-probability). Baselines are uncalibrated, as in the anchors.
+probability). Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per
+test unit (`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both classes), to see where a model fails.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from sklearn.metrics import average_precision_score
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -64,6 +66,13 @@ PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
 TARGET_PRECISION = 0.8
 
 
+def scores_on_test(test, p_test: np.ndarray, threshold: float) -> dict:
+    """The test metrics, plus PR-AUC per test unit (run or engine) where it has both classes: where a model fails."""
+    per_unit = {str(u): round(float(average_precision_score(test.y[test.unit == u], p_test[test.unit == u])), 4)
+                for u in np.unique(test.unit) if 0 < test.y[test.unit == u].mean() < 1}
+    return {**classification_metrics(test.y, p_test, threshold), "per_unit_pr_auc": per_unit}
+
+
 def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device) -> list:
     return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device)[0]
             for i in range(cfg.ensemble_size)]
@@ -78,8 +87,7 @@ def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) ->
         extra = {"calibration": calibration["method"], "cv_nll": cv_nll}
     else:
         p_val, p_test, extra = ensemble_probability(logits_val), ensemble_probability(logits_test), {}
-    threshold = choose_threshold(val.y, p_val, TARGET_PRECISION)
-    return {**classification_metrics(test.y, p_test, threshold), **extra}
+    return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
 
 
 def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int) -> dict:
@@ -94,7 +102,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     t = time.time()
     hgb = fit_hist_gradient_boosting(train.X, train.y, seed)
     p_val, p_test = hgb(val.X), hgb(test.X)
-    out["hist_gradient_boosting"] = classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION))
+    out["hist_gradient_boosting"] = scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION))
     timings["hist_gradient_boosting"] = time.time() - t
     print(f"[{dataset} flip {flip} seed {seed}] HGB {out['hist_gradient_boosting']}", flush=True)
 
@@ -102,7 +110,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     rocket, info = fit_minirocket(train.X, train.y, train.unit, n_features=rocket_features,
                                   c_grid=[1e-4, 1e-3, 1e-2, 1e-1, 1.0], folds=3, seed=seed)
     p_val, p_test = rocket(val.X), rocket(test.X)
-    out["minirocket"] = {**classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)),
+    out["minirocket"] = {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)),
                          "C": info["C"]}
     timings["minirocket"] = time.time() - t
     print(f"[{dataset} flip {flip} seed {seed}] MiniRocket {out['minirocket']}", flush=True)
