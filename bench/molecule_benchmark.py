@@ -35,7 +35,7 @@ sys.path.insert(0, str(PROJECT))
 
 from data.molecules.config import MoleculeDataConfig  # noqa: E402
 from data.molecules.descriptors import DESCRIPTORS  # noqa: E402
-from data.molecules.featurize import encode_tokens, featurize_smiles  # noqa: E402
+from data.molecules.featurize import featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
 from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
@@ -219,10 +219,7 @@ def main() -> None:
         prepared, tokenizer = load(name)
         task = spec["task"]
         y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
-        data = {}
-        for s in ("train", "val", "test"):
-            graphs = [featurize_smiles(x) for x in prepared.splits[s]["smiles"]]
-            data[s] = Molecules(graphs, encode_tokens(graphs, tokenizer))
+        data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val", "test")}
         model_cfg, finetune, pretrain_cfg = settings(params, {} if args.params_only else SETTINGS[name], args)
         members = args.members or finetune.ensemble_size
         runs = []

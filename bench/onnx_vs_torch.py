@@ -30,12 +30,11 @@ from data.molecules.prepare import load_prepared as load_molecules
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.prepare import load_prepared
 from flows.json_io import read_json
-from flows.molecule.artifacts import featurize_molecules
 from flows.molecule.artifacts import load_ensemble as load_molecule_ensemble
 from flows.paths import MOLECULE, SENSOR
 from flows.sensor.artifacts import load_ensemble as load_sensor_ensemble
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble
-from models.molecule.training import model_arrays
+from models.molecule.training import Molecules, model_arrays
 from models.onnx_runtime import load_session, run
 from models.quantization import quantize_sensor_model
 from models.sensor.calibrated import calibrated_ensemble
@@ -97,17 +96,17 @@ def molecule_rows(repeats: int) -> list[dict]:
     rows = []
     for batch in BATCHES:
         chosen = (smiles * (batch // len(smiles) + 1))[:batch]
-        arrays = model_arrays(featurize_molecules(chosen, tokenizer))
+        arrays = model_arrays(Molecules.from_smiles(chosen, tokenizer))
         tensors = [torch.from_numpy(arrays[name]) for name in MODEL_INPUTS]
 
         def eager_call(with_featurisation: bool):
-            a = model_arrays(featurize_molecules(chosen, tokenizer)) if with_featurisation else arrays
+            a = model_arrays(Molecules.from_smiles(chosen, tokenizer)) if with_featurisation else arrays
             with torch.no_grad():
                 return model(*(torch.from_numpy(a[name]) for name in MODEL_INPUTS)) if with_featurisation \
                     else model(*tensors)
 
         def onnx_call(with_featurisation: bool):
-            a = model_arrays(featurize_molecules(chosen, tokenizer)) if with_featurisation else arrays
+            a = model_arrays(Molecules.from_smiles(chosen, tokenizer)) if with_featurisation else arrays
             return run(session, {name: a[name] for name in MODEL_INPUTS})
 
         for included in (False, True):

@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import yaml
 
-from data.molecules.featurize import encode_tokens, featurize_smiles
 from data.molecules.prepare import load_prepared as load_molecules
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
@@ -71,11 +70,7 @@ def molecule_rows(params: dict, epochs: int, devices: list[torch.device]) -> lis
     prepared = load_molecules(ROOT / "data" / "prepared" / "molecule")
     tokenizer = SmilesTokenizer.from_dict(prepared.tokenizer)
 
-    def molecules(split: str) -> Molecules:
-        graphs = [featurize_smiles(s) for s in prepared.splits[split]["smiles"]]
-        return Molecules(graphs, encode_tokens(graphs, tokenizer))
-
-    train, val = molecules("train"), molecules("val")
+    train, val = (Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val"))
     train_y = prepared.splits["train"]["target"].to_numpy(dtype=np.float64)
     val_y = prepared.splits["val"]["target"].to_numpy(dtype=np.float64)
     if prepared.task == "regression":

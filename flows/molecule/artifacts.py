@@ -8,7 +8,6 @@ import numpy as np
 import torch
 
 from data.errors import DataValidationError
-from data.molecules.featurize import encode_tokens, featurize_smiles
 from data.molecules.prepare import PreparedMolecules, load_prepared
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.paths import MOLECULE
@@ -30,15 +29,10 @@ def tokenizer_of(prepared: PreparedMolecules) -> SmilesTokenizer:
     return SmilesTokenizer.from_dict(prepared.tokenizer)
 
 
-def featurize_molecules(smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
-    graphs = [featurize_smiles(s) for s in smiles]
-    return Molecules(graphs, encode_tokens(graphs, tokenizer))
-
-
 @compute_task(name="featurize-molecules")
 def featurize(smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
     """Graphs and SMILES tokens of already-cleaned SMILES (n,)."""
-    return featurize_molecules(smiles, tokenizer)
+    return Molecules.from_smiles(smiles, tokenizer)
 
 
 def save_ensemble(path: Path, members: list[MoleculeNet], model_cfg: MoleculeModelConfig, task: str,

@@ -12,8 +12,9 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from data.molecules.encodings import random_sign_flip
-from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MODEL_INPUTS, MolGraph, batch_inputs
-from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID
+from data.molecules.featurize import (ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MODEL_INPUTS, MolGraph, batch_inputs,
+                                      encode_tokens, featurize_smiles)
+from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.network import MoleculeNet, MoleculePretrainer
@@ -26,6 +27,12 @@ class Molecules:
 
     graphs: list[MolGraph]
     tokens: list[np.ndarray | None]
+
+    @classmethod
+    def from_smiles(cls, smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
+        """Featurise already-cleaned SMILES (n,) with the shared featurisation and `tokenizer`."""
+        graphs = [featurize_smiles(s) for s in smiles]
+        return cls(graphs, encode_tokens(graphs, tokenizer))
 
     def __len__(self) -> int:
         return len(self.graphs)

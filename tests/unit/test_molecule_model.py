@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.molecules.featurize import MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.featurize import MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
@@ -36,8 +36,7 @@ def one_thread():
 
 
 def molecules(smiles: list[str]) -> Molecules:
-    graphs = [featurize_smiles(s) for s in smiles]
-    return Molecules(graphs, encode_tokens(graphs, TOKENIZER))
+    return Molecules.from_smiles(smiles, TOKENIZER)
 
 
 def inputs(smiles, drop_tokens=(), drop_graph=()) -> dict[str, np.ndarray]:
