@@ -18,7 +18,7 @@ from rdkit import Chem
 
 from data.molecules.descriptors import DESCRIPTOR_SIZE, molecule_descriptors
 from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
-from data.molecules.standardize import parse_smiles, standardize_mol
+from data.molecules.standardize import MAX_HEAVY_ATOMS, parse_smiles, standardize_mol
 from data.molecules.tokenizer import SmilesTokenError, SmilesTokenizer, pad_tokens
 
 FEATURIZER_VERSION = "3"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens;
@@ -120,9 +120,10 @@ def featurize_mol(mol: Chem.Mol) -> MolGraph:
                     smiles=Chem.MolToSmiles(mol))
 
 
-def featurize_smiles(smiles: str) -> MolGraph:
-    """Parse, standardise (as in training) and featurise one SMILES; raises InvalidSmilesError."""
-    return featurize_mol(standardize_mol(parse_smiles(smiles)))
+def featurize_smiles(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> MolGraph:
+    """Parse, standardise (as in training) and featurise one SMILES; raises InvalidSmilesError (MoleculeTooLargeError
+    above `max_heavy_atoms`, before any expensive step)."""
+    return featurize_mol(standardize_mol(parse_smiles(smiles, max_heavy_atoms)))
 
 
 def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:

@@ -19,24 +19,42 @@ from data.errors import DataValidationError
 
 CONFLICT_SPREAD = 0.5  # regression duplicates whose targets span more than this (log units) conflict
 MAX_EXAMPLES = 5
+# Scaffolds and the structural encodings grow about cubically with atoms: a larger molecule is refused before them.
+MAX_HEAVY_ATOMS = 200
 
 
 class InvalidSmilesError(DataValidationError):
     """A SMILES that is empty, does not parse, or cannot be standardised."""
 
 
-def parse_smiles(smiles: str) -> Chem.Mol:
-    """Parse one SMILES (surrounding whitespace ignored) into a sanitised Mol; RDKit's own log stays quiet."""
+class MoleculeTooLargeError(InvalidSmilesError):
+    """A SMILES with more heavy atoms than the configured limit (refused before any expensive step)."""
+
+
+def parse_smiles(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> Chem.Mol:
+    """Parse one SMILES (surrounding whitespace ignored) into a sanitised Mol; RDKit's own log stays quiet.
+
+    More than `max_heavy_atoms` heavy atoms (None: no limit) raises MoleculeTooLargeError, counted before sanitising."""
     text = smiles.strip() if isinstance(smiles, str) else ""
     if not text:
         raise InvalidSmilesError(f"empty SMILES ({smiles!r})")
     with rdBase.BlockLogs():
+        if max_heavy_atoms is not None:
+            raw = Chem.MolFromSmiles(text, sanitize=False)
+            heavy = 0 if raw is None else sum(atom.GetAtomicNum() > 1 for atom in raw.GetAtoms())
+            if heavy > max_heavy_atoms:
+                raise MoleculeTooLargeError(f"SMILES {_short(text)} has {heavy} heavy atoms; at most {max_heavy_atoms}")
         mol = Chem.MolFromSmiles(text)
         if mol is None:
             raise InvalidSmilesError(f"could not parse SMILES {text!r}: {_why_unparseable(text)}")
     if mol.GetNumAtoms() == 0:
         raise InvalidSmilesError(f"SMILES {text!r} has no atoms")
     return mol
+
+
+def _short(text: str, keep: int = 40) -> str:
+    """The SMILES quoted, cut to `keep` characters for messages."""
+    return repr(text) if len(text) <= keep else repr(text[:keep]) + f"... ({len(text)} characters)"
 
 
 def _why_unparseable(text: str) -> str:
