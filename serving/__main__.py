@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
 
+from contract.manifest import ManifestError
+from contract.registry import RegistryStoreError
 from serving.app import create_app
 from serving.settings import ServingSettings
 
@@ -13,7 +16,12 @@ from serving.settings import ServingSettings
 def main() -> None:
     settings = ServingSettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    try:
+        app = create_app(settings)
+    except (RegistryStoreError, ManifestError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
 
 
 if __name__ == "__main__":
