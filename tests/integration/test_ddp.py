@@ -49,4 +49,4 @@ def test_two_torchrun_processes_follow_the_single_process_loss_curve(tmp_path):
     weights = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
     for name, tensor in weights[0].items():
         assert torch.equal(tensor, weights[1][name]), name
-    assert torch.load(tmp_path / "member.pt", weights_only=False)["history"] == history
+    assert torch.load(tmp_path / "member.pt", weights_only=True)["history"] == history
