@@ -22,7 +22,7 @@ $(BIN)/python:
 # torch first and pinned (the CPU build); then the project; then check nothing replaced torch.
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[pipeline,serve,test]'
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), f'torch was changed to {torch.__version__}'"
 	touch $@
 

@@ -1,0 +1,89 @@
+"""`pip install '.[serve]'` into a fresh virtual environment gives a service that starts and answers from a real
+registry, with neither torch, Prefect, DVC, onnx nor the pipeline's libraries installed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from models.predictors import SensorPredictor
+from tests.integration.test_serving_registry import free_port, shared_registry, tiny_models
+
+pytestmark = pytest.mark.integration
+
+PROJECT = Path(__file__).resolve().parents[2]
+SOURCES = ["pyproject.toml", "README.md", "contract", "data", "models", "flows", "serving"]
+PIPELINE_ONLY = ["torch", "torch_geometric", "prefect", "dvc", "onnx", "onnxscript", "sklearn", "datamol", "matplotlib"]
+
+
+@pytest.fixture(scope="module")
+def lean_python(tmp_path_factory) -> Path:
+    """A new venv with the project installed from a clean copy of its sources, `serve` extra only."""
+    root = tmp_path_factory.mktemp("lean")
+    source = root / "source"
+    source.mkdir()
+    for name in SOURCES:
+        if (PROJECT / name).is_dir():
+            shutil.copytree(PROJECT / name, source / name, ignore=shutil.ignore_patterns("__pycache__", "prepared"))
+        else:
+            shutil.copy2(PROJECT / name, source / name)
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
+    python = root / "venv" / "bin" / "python"
+    install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                              f"{source}[serve]"], capture_output=True, text=True, timeout=1200)
+    assert install.returncode == 0, install.stderr[-3000:]
+    return python
+
+
+def test_the_serve_extra_installs_nothing_of_the_pipeline(lean_python):
+    probe = "import importlib.util as u, sys; print(','.join(m for m in sys.argv[1:] if u.find_spec(m)))"
+    found = subprocess.run([str(lean_python), "-c", probe, *PIPELINE_ONLY], capture_output=True, text=True, check=True)
+    assert found.stdout.strip() == ""
+
+
+def test_the_lean_service_starts_and_answers(lean_python, tmp_path_factory):
+    registry = shared_registry(tmp_path_factory.getbasetemp())
+    models = tiny_models(tmp_path_factory.getbasetemp() / "models")
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
+           "SERVING_PARAMS_FILE": str(PROJECT / "params.yaml"), "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false"}
+    scratch = tmp_path_factory.mktemp("lean-run")  # not the project folder: its code must come from the venv
+    service = subprocess.Popen([str(lean_python), "-m", "serving"], cwd=scratch, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert service.poll() is None, service.stdout.read()
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the lean service was not ready within 120 s"
+            time.sleep(0.5)
+        windows = models.test_windows[:3]
+        body = {"windows": [[[float(v) for v in step] for step in window.T] for window in windows]}
+        answer = httpx.post(f"{url}/v1/sensor/predict", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        expected = SensorPredictor(models.good_sensor, models.sensor_card, prefer_cuda=False).predict(windows)
+        got = [p["failure_probability"] for p in answer.json()["predictions"]]
+        np.testing.assert_allclose(got, expected["probability"], rtol=1e-5)
+        molecule = httpx.post(f"{url}/v1/molecule/predict", json={"smiles": ["CCO", "not a molecule"]}, timeout=30)
+        assert molecule.status_code == 200, molecule.text
+        first, second = molecule.json()["predictions"]
+        assert np.isfinite(first["value"]) and "could not parse" in second["error"]
+        origin = httpx.get(f"{url}/v1/models", timeout=10).json()
+        assert {m["family"] for m in origin["models"]} == {"sensor", "molecule"}
+    finally:
+        service.send_signal(signal.SIGTERM)
+        service.wait(timeout=30)
