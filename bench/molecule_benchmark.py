@@ -191,7 +191,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
     parser.add_argument("--pretrain-epochs", type=int, default=None)
     parser.add_argument("--no-forest", action="store_true")
-    parser.add_argument("--chemprop", default="/tmp/chemprop-venv/bin/chemprop", help="chemprop CLI; '' to skip")
+    parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
+                        "docs/molecule.md); '' to skip")
     parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
     parser.add_argument("--chemprop-descriptors", action="store_true",
                         help="also chemprop with our descriptors as extra inputs (method chemprop_descriptors)")

@@ -1,5 +1,5 @@
 """Sensor benchmark (not a test): our detector against HistGradientBoosting and MiniRocket, clean and with
-flipped training labels, plus ablations, on CMAPSS FD001 (the /work/shared/ANCHORS.md protocol) and SKAB.
+flipped training labels, plus ablations, on CMAPSS FD001 (the ../shared/ANCHORS.md protocol) and SKAB.
 
     .venv/bin/python bench/sensor_benchmark.py --datasets fd001 --flips 0 0.2 --seeds 0
     .venv/bin/python bench/sensor_benchmark.py --datasets fd001 skab --flips 0 0.2 --seeds 0 1 2
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -39,7 +40,7 @@ from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig  # noqa: E402
 from models.sensor.training import finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
-SHARED = Path("/work/shared/data")
+SHARED = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))  # ../shared/data beside the project
 RESULTS = ROOT / "bench" / "results" / "sensor.json"
 DATASETS = {
     "fd001": dict(source="cmapss", path=SHARED / "cmapss_fd001" / "train_FD001.txt.gz", window=30, stride=1, horizon=30,
