@@ -19,6 +19,7 @@ from prefect.cache_policies import NO_CACHE
 from data.errors import DataValidationError
 from flows.params import ParamsError, load_params
 from flows.runners import task_runner
+from flows.termination import run_stoppable
 
 BAD_INPUT = (DataValidationError, ParamsError)
 
@@ -94,10 +95,12 @@ def stage_cli(flow: Flow) -> None:
     """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
 
     The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
-    Bad input or bad params exit with status 2 and a one-paragraph message, no traceback.
+    Bad input or bad params exit with status 2 and a one-paragraph message, no traceback. SIGTERM or SIGINT
+    stops the stage within seconds, even inside RDKit (flows/termination.py), with status 128 + signal number.
     """
 
     def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+        run_stoppable()
         _quiet_bad_input_tracebacks()
         try:
             runner = task_runner(load_params(params).orchestration)
