@@ -35,8 +35,9 @@ def validate_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) 
             raise DataValidationError("missing values", file=source, column=column_name(cfg, canonical))
     if not is_numeric_dtype(df["time"]):
         raise DataValidationError("time must be numeric (steps); convert timestamps first", file=source, column=column_name(cfg, "time"))
-    if not np.isfinite(df["time"].to_numpy(dtype=np.float64)).all():
-        rows = np.flatnonzero(~np.isfinite(df["time"].to_numpy(dtype=np.float64)))[:MAX_CELLS].tolist()
+    infinite_time = np.isinf(df["time"].to_numpy(dtype=np.float64))
+    if infinite_time.any():
+        rows = np.flatnonzero(infinite_time)[:MAX_CELLS].tolist()
         raise DataValidationError(f"infinite time values (first rows {rows})", file=source, column=column_name(cfg, "time"))
     if df.duplicated(["unit", "time"]).any():
         raise DataValidationError("a unit has the same time twice", file=source, column=column_name(cfg, "time"))
@@ -75,7 +76,7 @@ def unused_columns(df: pd.DataFrame, channels: list[str]) -> list[str]:
 def check_finite(df: pd.DataFrame, channels: list[str], cfg: SensorDataConfig, source: str) -> tuple[pd.DataFrame, dict[str, int]]:
     """(frame, {channel: count}) with +-inf and values beyond float32 (windows are float32) masked as NaN when
     cfg.nonfinite is "as_missing"; with "error" such a value raises DataValidationError naming column and rows."""
-    counts, masked = {}, {}
+    counts, out = {}, df
     for channel in channels:
         values = df[channel].to_numpy(dtype=np.float64)
         bad = np.isinf(values) | (np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max)
@@ -88,8 +89,9 @@ def check_finite(df: pd.DataFrame, channels: list[str], cfg: SensorDataConfig, s
                 f"{len(rows)} infinite or out-of-float32-range values ({cells}); fix them or set "
                 "sensor.data.nonfinite: as_missing", file=source, column=str(channel))
         counts[str(channel)] = int(bad.sum())
-        masked[channel] = np.where(bad, np.nan, values)
-    return (df.assign(**masked) if masked else df), counts
+        out = out.copy() if out is df else out
+        out[channel] = np.where(bad, np.nan, values)
+    return out, counts
 
 
 def _has_numbers(values: pd.Series) -> bool:
