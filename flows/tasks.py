@@ -5,21 +5,25 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import inspect
 import logging
 import sys
 from collections.abc import Callable
 from datetime import timedelta
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import typer
 from prefect import Flow, task
 from prefect.cache_policies import NO_CACHE
+from typer.models import OptionInfo
 
 from data.errors import DataValidationError
 from flows.locking import hold_for_stage
 from flows.params import ParamsError, load_params
 from flows.runners import task_runner
+from flows.termination import run_stoppable
 
 BAD_INPUT = (DataValidationError, ParamsError)
 
@@ -91,21 +95,30 @@ def _quiet_bad_input_tracebacks() -> None:
         handler.addFilter(_NoTracebackForBadInput())
 
 
-def stage_cli(flow: Flow) -> None:
+def stage_cli(flow: Flow, **options: OptionInfo) -> None:
     """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
 
+    `options`: more command-line options, flow parameter name -> `typer.Option(default, "--flag", help=...)`.
     The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
-    Bad input or bad params exit with status 2 and a one-paragraph message, no traceback.
+    Bad input or bad params exit with status 2 and a one-paragraph message, no traceback. SIGTERM or SIGINT
+    stops the stage within seconds, even inside RDKit (flows/termination.py), with status 128 + signal number.
     """
 
-    def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+    def main(params: str, **values: Any) -> None:
         hold_for_stage()
+        run_stoppable()
         _quiet_bad_input_tracebacks()
         try:
             runner = task_runner(load_params(params).orchestration)
-            flow.with_options(task_runner=runner)(params_file=params)
+            flow.with_options(task_runner=runner)(params_file=params, **values)
         except BAD_INPUT as error:
             typer.secho(f"error: {error}", fg="red", err=True)
             sys.exit(2)
 
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    main.__signature__ = inspect.Signature([
+        inspect.Parameter("params", keyword, default=typer.Option("params.yaml", help="parameters file"), annotation=str),
+        *(inspect.Parameter(name, keyword, default=option, annotation=type(option.default))
+          for name, option in options.items()),
+    ])
     typer.run(main)

@@ -33,7 +33,7 @@ class PreparedMolecules:
 def prepare_molecule_data(cfg: MoleculeDataConfig) -> PreparedMolecules:
     """Load → clean → split → check; raises DataValidationError naming the source, column and split."""
     raw, source = load_molecule_frame(cfg)
-    clean, report = clean_molecules(raw, cfg.task, cfg.duplicates, source)
+    clean, report = clean_molecules(raw, cfg.task, cfg.duplicates, source, max_heavy_atoms=cfg.max_heavy_atoms)
     names = assign_splits(clean, cfg)
     splits = {name: clean.loc[names == name, ["smiles", "target"]].reset_index(drop=True) for name in SPLIT_NAMES}
     for name, frame in splits.items():

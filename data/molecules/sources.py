@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from data.errors import DataValidationError
 from data.molecules.config import MoleculeDataConfig
+from data.tables import read_csv_checked
 
 SPLIT_NAMES = ("train", "val", "test")
 SOLUBILITY_TARGET = "SOL"
-_READERS = {".csv": pd.read_csv, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
+_READERS = {".csv": read_csv_checked, ".parquet": pd.read_parquet, ".pq": pd.read_parquet}
 
 
 def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
@@ -36,6 +38,8 @@ def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
         raise DataValidationError(f"unknown file type '{path.suffix}'; expected one of {sorted(_READERS)}", file=path)
     try:
         raw = reader(path)
+    except DataValidationError:
+        raise
     except Exception as exc:  # a parser error: report it against the file
         raise DataValidationError(f"could not read: {exc}", file=path) from exc
     columns = (cfg.smiles_column, cfg.target_column, cfg.split_column)
@@ -65,6 +69,10 @@ def _target(values: pd.Series, cfg: MoleculeDataConfig, where: str, col: str) ->
     if numeric.isna().any():
         rows = list(map(int, numeric.isna().to_numpy().nonzero()[0][:5]))
         raise DataValidationError(f"{int(numeric.isna().sum())} missing values (first rows {rows})", file=where, column=col)
+    infinite = np.isinf(numeric.to_numpy(dtype=np.float64))
+    if infinite.any():
+        rows = infinite.nonzero()[0][:5].tolist()
+        raise DataValidationError(f"{int(infinite.sum())} infinite values (first rows {rows})", file=where, column=col)
     if cfg.task == "regression":
         return numeric.astype("float64").reset_index(drop=True)
     outside = ~numeric.isin([0, 1])

@@ -9,15 +9,17 @@ import pandas as pd
 from rdkit.Chem.Scaffolds.MurckoScaffold import MurckoScaffoldSmiles
 
 from data.molecules.config import MoleculeDataConfig
-from data.molecules.standardize import parse_smiles
+from data.molecules.standardize import MAX_HEAVY_ATOMS, parse_smiles
 
 
-def scaffold_of(smiles: str) -> str:
-    """Bemis-Murcko scaffold SMILES without chirality ('' for acyclic molecules)."""
-    return MurckoScaffoldSmiles(mol=parse_smiles(smiles), includeChirality=False)
+def scaffold_of(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> str:
+    """Bemis-Murcko scaffold SMILES without chirality ('' for acyclic molecules); MoleculeTooLargeError above
+    `max_heavy_atoms` (the scaffold's cost grows about cubically with atoms)."""
+    return MurckoScaffoldSmiles(mol=parse_smiles(smiles, max_heavy_atoms), includeChirality=False)
 
 
-def scaffold_split(smiles: Sequence[str], train_fraction: float = 0.8, val_fraction: float = 0.1) -> np.ndarray:
+def scaffold_split(smiles: Sequence[str], train_fraction: float = 0.8, val_fraction: float = 0.1,
+                   max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> np.ndarray:
     """Split names (n,) of str, exactly as DeepChem's ScaffoldSplitter (the ANCHORS.md protocol).
 
     Scaffold groups sorted by (size, first row) descending, i.e. DeepChem's `sorted(..., reverse=True)`:
@@ -29,7 +31,7 @@ def scaffold_split(smiles: Sequence[str], train_fraction: float = 0.8, val_fract
     """
     groups: dict[str, list[int]] = {}
     for row, smi in enumerate(smiles):
-        groups.setdefault(scaffold_of(smi), []).append(row)
+        groups.setdefault(scaffold_of(smi, max_heavy_atoms), []).append(row)
     n = len(smiles)
     train_cut, val_cut = train_fraction * n, (train_fraction + val_fraction) * n
     out = np.full(n, "test", dtype="<U5")
@@ -55,7 +57,7 @@ def random_split(n: int, train_fraction: float = 0.8, val_fraction: float = 0.1,
 def assign_splits(df: pd.DataFrame, cfg: MoleculeDataConfig) -> np.ndarray:
     """Split names (n,) for the rows of a cleaned frame (smiles, target[, split]) per `cfg.split`."""
     if cfg.split == "scaffold":
-        return scaffold_split(df["smiles"].tolist(), cfg.train_fraction, cfg.val_fraction)
+        return scaffold_split(df["smiles"].tolist(), cfg.train_fraction, cfg.val_fraction, cfg.max_heavy_atoms)
     if cfg.split == "random":
         return random_split(len(df), cfg.train_fraction, cfg.val_fraction, cfg.seed)
     return df["split"].to_numpy(dtype="<U5")

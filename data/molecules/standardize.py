@@ -79,9 +79,10 @@ def standardize_mol(mol: Chem.Mol) -> Chem.Mol:
     return out
 
 
-def canonical_smiles(smiles: str) -> str:
-    """Standardised, isomeric canonical SMILES of `smiles`; raises InvalidSmilesError."""
-    return Chem.MolToSmiles(standardize_mol(parse_smiles(smiles)))
+def canonical_smiles(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> str:
+    """Standardised, isomeric canonical SMILES of `smiles`; raises InvalidSmilesError (MoleculeTooLargeError above
+    `max_heavy_atoms`)."""
+    return Chem.MolToSmiles(standardize_mol(parse_smiles(smiles, max_heavy_atoms)))
 
 
 def clean_molecules(
@@ -90,8 +91,10 @@ def clean_molecules(
     duplicates_policy: str,
     source: str,
     conflict_spread: float = CONFLICT_SPREAD,
+    max_heavy_atoms: int | None = MAX_HEAVY_ATOMS,
 ) -> tuple[pd.DataFrame, dict]:
-    """Standardise `df` (n rows: smiles, target[, split]); drop bad SMILES; resolve duplicate structures.
+    """Standardise `df` (n rows: smiles, target[, split]); drop bad SMILES and molecules with more than
+    `max_heavy_atoms` heavy atoms (refused before standardisation); resolve duplicate structures.
 
     Duplicates are rows with the same canonical SMILES. They conflict when (regression) their targets span
     more than `conflict_spread` or (classification) their labels differ. Policies:
@@ -101,10 +104,13 @@ def clean_molecules(
     A merged row takes the place (and split) of the group's first row, so row order stays that of first occurrences.
     Returns (frame (m rows: smiles, target[, split]), report); row numbers in the report are 0-based positions in `df`.
     """
-    canon, invalid = [], []
+    canon, invalid, too_large = [], [], []
     for row, raw in enumerate(df["smiles"].tolist()):
         try:
-            canon.append(canonical_smiles(raw))
+            canon.append(canonical_smiles(raw, max_heavy_atoms))
+        except MoleculeTooLargeError as exc:
+            canon.append(None)
+            too_large.append({"row": row, "error": exc.message})
         except InvalidSmilesError as exc:
             canon.append(None)
             invalid.append({"row": row, "smiles": raw, "error": exc.message})
@@ -112,11 +118,13 @@ def clean_molecules(
     out["row"] = np.arange(len(out))
     out = out[out["smiles"].notna()].reset_index(drop=True)
     if out.empty:
-        raise DataValidationError(f"none of the {len(df)} SMILES is valid", file=source, column="smiles")
+        why = f" ({len(too_large)} over {max_heavy_atoms} heavy atoms)" if too_large else ""
+        raise DataValidationError(f"none of the {len(df)} SMILES is valid{why}", file=source, column="smiles")
     out, duplicates = _resolve_duplicates(out, task, duplicates_policy, conflict_spread)
     report = {
         "rows_in": len(df),
         "invalid": {"count": len(invalid), "examples": invalid[:MAX_EXAMPLES]},
+        "too_large": {"count": len(too_large), "max_heavy_atoms": max_heavy_atoms, "examples": too_large[:MAX_EXAMPLES]},
         "duplicates": duplicates,
         "rows_out": len(out),
     }

@@ -36,7 +36,16 @@ class SensorDataConfig(StrictModel):
     unit_column: str = "unit"
     time_column: str = "time"
     label_column: str = "label"
-    sensor_columns: list[str] | None = Field(None, description="None: every other numeric column")
+    sensor_columns: list[str] | None = Field(
+        None,
+        description="None: every other column that holds numbers (a wholly non-numeric column such as a name is "
+        "skipped and listed in the report; a numeric column with a few non-numeric cells is an error naming them)",
+    )
+    nonfinite: Literal["error", "as_missing"] = Field(
+        "error",
+        description="a sensor reading of +-inf or beyond float32: stop naming the cells (error), or treat it as a "
+        "missing reading, counted per channel in the report (as_missing)",
+    )
     window: int = Field(32, ge=2, description="time steps per window")
     stride: int = Field(4, ge=1)
     horizon: int = Field(48, ge=0, description="a window is positive if a label-1 row lies within `horizon` steps after its last step (0: the last row's label)")

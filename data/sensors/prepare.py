@@ -18,7 +18,7 @@ from data.errors import DataValidationError
 from data.sensors.config import SensorDataConfig
 from data.sensors.sources import load_sensor_frame
 from data.sensors.split import assign_splits
-from data.sensors.validate import SPLITS, column_name, validate_sensor_frame
+from data.sensors.validate import SPLITS, check_finite, column_name, unused_columns, validate_sensor_frame
 from data.sensors.windows import Windows, make_windows
 
 
@@ -50,6 +50,11 @@ def _flip_labels(y: np.ndarray, rate: float, seed: int) -> np.ndarray:
 def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -> PreparedSensorData:
     """All of prepare_sensor_data after loading: for a canonical frame already in memory (`source` names it in errors)."""
     channels = validate_sensor_frame(df, cfg, source)
+    df, nonfinite = check_finite(df, channels, cfg, source)
+    longest = int(df.groupby("unit").size().max())
+    if longest < cfg.window:
+        raise DataValidationError(f"every unit is shorter than the window ({cfg.window} steps); the longest has {longest} rows",
+                                  file=source, column=column_name(cfg, "time"))
     df = df.sort_values(["unit", "time"], kind="stable").reset_index(drop=True)
     df = df.assign(unit=df["unit"].astype(str), label=df["label"].astype(np.int8))
     splits = assign_splits(df, cfg)
@@ -82,6 +87,8 @@ def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -
         "windows": {name: len(windows[name]) for name in SPLITS},
         "positives": {name: int((y_clean if name == "train" else windows[name].y).sum()) for name in SPLITS},
         "dropped_channels": dropped,
+        "skipped_columns": unused_columns(df, channels + dropped),
+        "nonfinite_as_missing": nonfinite,
         "train_label_flips": int((windows["train"].y != y_clean).sum()),
     }
     return PreparedSensorData(windows=windows, channels=channels, y_clean_train=y_clean, report=report)

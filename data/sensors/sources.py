@@ -13,6 +13,7 @@ import pandas as pd
 from data.errors import DataValidationError
 from data.sensors.config import SensorDataConfig
 from data.sensors.simulator import simulate_fleet
+from data.tables import read_csv_checked
 
 CMAPSS_COLUMNS = ["unit", "time", "op_setting_1", "op_setting_2", "op_setting_3", *[f"s{i}" for i in range(1, 22)]]
 SKAB_RUN_FOLDERS = ("valve1", "valve2", "other")
@@ -24,15 +25,13 @@ def read_table(path: Path) -> pd.DataFrame:
     if not path.is_file():
         raise DataValidationError("file not found", file=path)
     suffixes = "".join(path.suffixes[-2:]).lower()
-    if suffixes.endswith((".parquet", ".pq")):
-        reader = pd.read_parquet
-    elif suffixes.endswith((".csv", ".csv.gz")):
-        reader = pd.read_csv
-    else:
+    if suffixes.endswith((".csv", ".csv.gz")):
+        return read_csv_checked(path)
+    if not suffixes.endswith((".parquet", ".pq")):
         raise DataValidationError(f"unknown file type '{path.suffix}' (expected .csv, .csv.gz, .parquet or .pq)", file=path)
     try:
-        return reader(path)
-    except Exception as exc:  # pandas/pyarrow raise many types for a corrupt file
+        return pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many types for a corrupt file
         raise DataValidationError(f"cannot read the file: {exc}", file=path) from exc
 
 
@@ -45,10 +44,7 @@ def load_cmapss(path: Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise DataValidationError("file not found", file=path)
-    try:
-        raw = pd.read_csv(path, sep=r"\s+", header=None)
-    except Exception as exc:
-        raise DataValidationError(f"cannot read the C-MAPSS file: {exc}", file=path) from exc
+    raw = read_csv_checked(path, sep=r"\s+", header=None)
     if raw.shape[1] != len(CMAPSS_COLUMNS):
         raise DataValidationError(f"expected {len(CMAPSS_COLUMNS)} columns, found {raw.shape[1]}", file=path)
     frame = raw.set_axis(CMAPSS_COLUMNS, axis=1)
@@ -69,10 +65,7 @@ def load_skab(folder: Path) -> pd.DataFrame:
         raise DataValidationError(f"no SKAB runs in {', '.join(SKAB_RUN_FOLDERS)}", file=folder)
     runs = []
     for file in files:
-        try:
-            run = pd.read_csv(file, sep=";")
-        except Exception as exc:
-            raise DataValidationError(f"cannot read the SKAB run: {exc}", file=file) from exc
+        run = read_csv_checked(file, sep=";")
         if "anomaly" not in run.columns:
             raise DataValidationError("missing label column", file=file, column="anomaly")
         run = run.drop(columns=["datetime", "changepoint"], errors="ignore").rename(columns={"anomaly": "label"})

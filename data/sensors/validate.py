@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from pandas.api.types import is_numeric_dtype
 
@@ -10,6 +11,7 @@ from data.sensors.config import SensorDataConfig
 
 SPLITS = ("train", "val", "test")
 _KEY_COLUMNS = ("unit", "time", "label", "split")
+MAX_CELLS = 5  # bad cells named in a message
 
 
 def column_name(cfg: SensorDataConfig, canonical: str) -> str:
@@ -33,6 +35,10 @@ def validate_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) 
             raise DataValidationError("missing values", file=source, column=column_name(cfg, canonical))
     if not is_numeric_dtype(df["time"]):
         raise DataValidationError("time must be numeric (steps); convert timestamps first", file=source, column=column_name(cfg, "time"))
+    infinite_time = np.isinf(df["time"].to_numpy(dtype=np.float64))
+    if infinite_time.any():
+        rows = np.flatnonzero(infinite_time)[:MAX_CELLS].tolist()
+        raise DataValidationError(f"infinite time values (first rows {rows})", file=source, column=column_name(cfg, "time"))
     if df.duplicated(["unit", "time"]).any():
         raise DataValidationError("a unit has the same time twice", file=source, column=column_name(cfg, "time"))
 
@@ -47,7 +53,7 @@ def validate_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) 
             raise DataValidationError(f"split values must be train/val/test, found {bad}", file=source, column=column_name(cfg, "split"))
 
     if cfg.sensor_columns is None:
-        channels = [c for c in df.columns if c not in _KEY_COLUMNS and is_numeric_dtype(df[c])]
+        channels = [c for c in df.columns if c not in _KEY_COLUMNS and _has_numbers(df[c])]
     else:
         channels = list(cfg.sensor_columns)
     if not channels:
@@ -55,6 +61,50 @@ def validate_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) 
     for channel in channels:
         if channel not in df.columns:
             raise DataValidationError("missing sensor column", file=source, column=channel)
-        if not is_numeric_dtype(df[channel]) or df[channel].dtype == bool:
-            raise DataValidationError(f"sensor column is not numeric (dtype {df[channel].dtype})", file=source, column=channel)
+        if df[channel].dtype == bool:
+            raise DataValidationError("sensor column is not numeric (dtype bool)", file=source, column=channel)
+        if not is_numeric_dtype(df[channel]):
+            raise DataValidationError(f"sensor column is not numeric: {_non_numeric_cells(df[channel])}", file=source, column=channel)
     return channels
+
+
+def unused_columns(df: pd.DataFrame, channels: list[str]) -> list[str]:
+    """Columns that are neither key columns nor sensor channels (e.g. a name or status column with sensor_columns: null)."""
+    return [str(c) for c in df.columns if c not in _KEY_COLUMNS and c not in channels]
+
+
+def check_finite(df: pd.DataFrame, channels: list[str], cfg: SensorDataConfig, source: str) -> tuple[pd.DataFrame, dict[str, int]]:
+    """(frame, {channel: count}) with +-inf and values beyond float32 (windows are float32) masked as NaN when
+    cfg.nonfinite is "as_missing"; with "error" such a value raises DataValidationError naming column and rows."""
+    counts, out = {}, df
+    for channel in channels:
+        values = df[channel].to_numpy(dtype=np.float64)
+        bad = np.isinf(values) | (np.abs(np.nan_to_num(values)) > np.finfo(np.float32).max)
+        if not bad.any():
+            continue
+        if cfg.nonfinite == "error":
+            rows = np.flatnonzero(bad)
+            cells = ", ".join(f"row {r} {float(values[r])!r}" for r in rows[:MAX_CELLS])
+            raise DataValidationError(
+                f"{len(rows)} infinite or out-of-float32-range values ({cells}); fix them or set "
+                "sensor.data.nonfinite: as_missing", file=source, column=str(channel))
+        counts[str(channel)] = int(bad.sum())
+        out = out.copy() if out is df else out
+        out[channel] = np.where(bad, np.nan, values)
+    return out, counts
+
+
+def _has_numbers(values: pd.Series) -> bool:
+    """Whether a column holds numbers: a numeric dtype, or any cell that parses as a number (its other cells
+    are then errors, not a reason to skip the column)."""
+    if is_numeric_dtype(values):
+        return True
+    return bool(pd.to_numeric(values, errors="coerce").notna().any())
+
+
+def _non_numeric_cells(values: pd.Series) -> str:
+    """The first non-numeric cells of a column as "N cells are not numbers (row 3 'hot', ...)"; rows from 0."""
+    bad = pd.to_numeric(values, errors="coerce").isna() & values.notna()
+    rows = np.flatnonzero(bad.to_numpy())
+    cells = ", ".join(f"row {r} {values.iloc[r]!r}" for r in rows[:MAX_CELLS])
+    return f"{len(rows)} of {len(values)} cells are not numbers ({cells})"

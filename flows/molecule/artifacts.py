@@ -31,9 +31,9 @@ def tokenizer_of(prepared: PreparedMolecules) -> SmilesTokenizer:
 
 
 @compute_task(name="featurize-molecules")
-def featurize(smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
-    """Graphs and SMILES tokens of already-cleaned SMILES (n,)."""
-    return Molecules.from_smiles(smiles, tokenizer)
+def featurize(smiles: list[str], tokenizer: SmilesTokenizer, max_heavy_atoms: int) -> Molecules:
+    """Graphs and SMILES tokens of already-cleaned SMILES (n,); `molecule.data.max_heavy_atoms` as in prepare."""
+    return Molecules.from_smiles(smiles, tokenizer, max_heavy_atoms)
 
 
 def load_pretrained(path: Path) -> dict:

@@ -21,9 +21,9 @@ N_TREES = 500
 
 
 @compute_task(name="fit-random-forest")
-def fit_baseline(smiles: list[str], y: np.ndarray, task: str, seed: int):
+def fit_baseline(smiles: list[str], y: np.ndarray, task: str, seed: int, max_heavy_atoms: int):
     forest = RandomForestRegressor if task == "regression" else RandomForestClassifier
-    return forest(n_estimators=N_TREES, n_jobs=-1, random_state=seed).fit(morgan_counts(smiles), y)
+    return forest(n_estimators=N_TREES, n_jobs=-1, random_state=seed).fit(morgan_counts(smiles, max_heavy_atoms=max_heavy_atoms), y)
 
 
 @flow(name="molecule-baseline")
@@ -33,8 +33,8 @@ def molecule_baseline(params_file: str = "params.yaml") -> dict:
     prepared = load_molecules()
     task = prepared.task
     model = fit_baseline(list(prepared.splits["train"]["smiles"]), targets(prepared, "train"), task,
-                         params.molecule.data.seed)
-    test_x = morgan_counts(list(prepared.splits["test"]["smiles"]))
+                         params.molecule.data.seed, params.molecule.data.max_heavy_atoms)
+    test_x = morgan_counts(list(prepared.splits["test"]["smiles"]), max_heavy_atoms=params.molecule.data.max_heavy_atoms)
     y = targets(prepared, "test")
     if task == "regression":
         prediction = model.predict(test_x)

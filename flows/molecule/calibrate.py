@@ -37,7 +37,8 @@ def molecule_calibrate(params_file: str = "params.yaml") -> dict:
     members, state = load_ensemble(MOLECULE.finetuned)
     prepared = load_molecules()
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
-    raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"]), tokenizer))
+    raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"]), tokenizer,
+                                           params.molecule.data.max_heavy_atoms))
     y = targets(prepared, "val")
     if state["task"] == "regression":
         values = state["target_mean"] + state["target_std"] * raw

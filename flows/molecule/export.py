@@ -86,7 +86,7 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     prepared = load_molecules()
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     val_smiles = list(prepared.splits["val"]["smiles"][:64])
-    val_data = featurize(val_smiles, tokenizer)
+    val_data = featurize(val_smiles, tokenizer, params.molecule.data.max_heavy_atoms)
     export(model.eval(), model_arrays(val_data.subset(range(min(4, len(val_data))))), task,
            params.molecule.export.opset)
 

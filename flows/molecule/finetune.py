@@ -32,8 +32,8 @@ def molecule_finetune(params_file: str = "params.yaml") -> None:
     prepared = load_molecules()
     task = prepared.task
     tokenizer = tokenizer_of(prepared)
-    train_data = featurize(list(prepared.splits["train"]["smiles"]), tokenizer)
-    val_data = featurize(list(prepared.splits["val"]["smiles"]), tokenizer)
+    train_data = featurize(list(prepared.splits["train"]["smiles"]), tokenizer, cfg.data.max_heavy_atoms)
+    val_data = featurize(list(prepared.splits["val"]["smiles"]), tokenizer, cfg.data.max_heavy_atoms)
     train_y, val_y = targets(prepared, "train"), targets(prepared, "val")
     mean, std = (float(train_y.mean()), float(train_y.std()) or 1.0) if task == "regression" else (0.0, 1.0)
     pretrained_state = None

@@ -12,7 +12,7 @@ from flows.tasks import cached_io_task, io_task, source_cache_key, stage_cli
 from flows.tracking import log_json, stage_run
 
 
-@cached_io_task(source_cache_key(code=("data.molecules", "data.config"), packages=("rdkit", "datamol")),
+@cached_io_task(source_cache_key(code=("data.molecules", "data.config", "data.tables"), packages=("rdkit", "datamol")),
                 name="load-clean-split")
 def build(cfg) -> PreparedMolecules:
     """Pure: the same config, source bytes, data code and RDKit give the same molecules (a cache hit skips the

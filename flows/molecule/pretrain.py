@@ -22,8 +22,9 @@ from models.serialization import save_state
 
 
 @io_task(name="load-extra-smiles")
-def extra_smiles(path: Path, column: str, excluded: set[str]) -> tuple[list[str], dict]:
-    """Canonical SMILES of an extra file, without unparseable ones, duplicates and `excluded` (val/test) molecules."""
+def extra_smiles(path: Path, column: str, excluded: set[str], max_heavy_atoms: int) -> tuple[list[str], dict]:
+    """Canonical SMILES of an extra file, without unparseable ones (or over `max_heavy_atoms`), duplicates and
+    `excluded` (val/test) molecules."""
     path = Path(path)
     if not path.is_file():
         raise DataValidationError("extra SMILES file not found", file=path)
@@ -34,7 +35,7 @@ def extra_smiles(path: Path, column: str, excluded: set[str]) -> tuple[list[str]
     seen = set()
     for raw in frame[column].astype(str):
         try:
-            smi = canonical_smiles(raw)
+            smi = canonical_smiles(raw, max_heavy_atoms)
         except InvalidSmilesError:
             bad += 1
             continue
@@ -69,11 +70,12 @@ def molecule_pretrain(params_file: str = "params.yaml") -> None:
         smiles = list(prepared.splits["train"]["smiles"])
         if cfg.pretrain.extra_smiles is not None:
             held_out = {*prepared.splits["val"]["smiles"], *prepared.splits["test"]["smiles"]}
-            extra, report = extra_smiles(cfg.pretrain.extra_smiles, cfg.pretrain.extra_smiles_column, held_out)
+            extra, report = extra_smiles(cfg.pretrain.extra_smiles, cfg.pretrain.extra_smiles_column, held_out,
+                                         cfg.data.max_heavy_atoms)
             smiles = list(dict.fromkeys([*smiles, *extra]))
             mlflow.log_metrics({k: float(v) for k, v in report.items()})
-        model, result = pretrain(featurize(smiles, tokenizer), len(tokenizer), tokenizer.max_length, cfg.model,
-                                 cfg.pretrain)
+        molecules = featurize(smiles, tokenizer, cfg.data.max_heavy_atoms)
+        model, result = pretrain(molecules, len(tokenizer), tokenizer.max_length, cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
         save_state({"state": model.state_dict(), "model": cfg.model.model_dump(), "tokenizer": tokenizer.to_dict(),

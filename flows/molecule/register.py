@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
+import typer
 from prefect import flow
 
 from data.molecules.encodings import POSITIONAL_SIZE
@@ -80,4 +81,6 @@ def molecule_register(params_file: str = "params.yaml", new_task: bool = False) 
 
 
 if __name__ == "__main__":
-    stage_cli(molecule_register)
+    stage_cli(molecule_register, new_task=typer.Option(
+        False, "--new-task", help="the model predicts another task than the champion (another target or inputs): "
+        "judge it on calibration alone and let it replace the champion"))

@@ -8,6 +8,7 @@ import mlflow
 import numpy as np
 from mlflow.models import ModelSignature
 from mlflow.types import Schema, TensorSpec
+import typer
 from prefect import flow
 
 from flows import plots
@@ -72,4 +73,6 @@ def sensor_register(params_file: str = "params.yaml", new_task: bool = False) ->
 
 
 if __name__ == "__main__":
-    stage_cli(sensor_register)
+    stage_cli(sensor_register, new_task=typer.Option(
+        False, "--new-task", help="the model predicts another task than the champion (another target or inputs): "
+        "judge it on calibration alone and let it replace the champion"))

@@ -14,6 +14,7 @@ from sklearn.metrics import roc_auc_score
 from data.molecules.encodings import random_sign_flip
 from data.molecules.featurize import (ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MODEL_INPUTS, MolGraph, batch_inputs,
                                       encode_tokens, featurize_smiles)
+from data.molecules.standardize import MAX_HEAVY_ATOMS
 from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
@@ -29,9 +30,10 @@ class Molecules:
     tokens: list[np.ndarray | None]
 
     @classmethod
-    def from_smiles(cls, smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
-        """Featurise already-cleaned SMILES (n,) with the shared featurisation and `tokenizer`."""
-        graphs = [featurize_smiles(s) for s in smiles]
+    def from_smiles(cls, smiles: list[str], tokenizer: SmilesTokenizer, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> Molecules:
+        """Featurise already-cleaned SMILES (n,) with the shared featurisation and `tokenizer` (MoleculeTooLargeError
+        above `max_heavy_atoms`)."""
+        graphs = [featurize_smiles(s, max_heavy_atoms) for s in smiles]
         return cls(graphs, encode_tokens(graphs, tokenizer))
 
     def __len__(self) -> int:

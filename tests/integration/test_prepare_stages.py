@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pandas as pd
@@ -11,7 +15,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from tests.integration.workspace import PROJECT, merged, run
+from tests.integration.workspace import PROJECT, merged, run, workspace_env
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +112,32 @@ def test_molecule_prepare_reuses_its_cached_result_until_the_source_changes(tmp_
     assert _build_task_state(third) == "Completed"
     prepared = pd.concat(pd.read_csv(tmp_path / "data/prepared/molecule" / f"{n}.csv") for n in ("train", "val", "test"))
     assert prepared["target"].min() == 1.0  # the new file's values, not the cached ones
+
+
+def test_sigterm_stops_molecule_prepare_inside_rdkit(tmp_path):
+    """Three 3,000-atom chains (limit raised to 5,000): each Bemis-Murcko scaffold is one RDKit call of a minute
+    or more that holds the GIL; SIGTERM still ends the stage within flows/termination.py's grace period."""
+    source = tmp_path / "mols.csv"
+    smiles = ["C" * 3000, "C" * 3000 + "O", "C" * 3000 + "N", "CCO", "CCN", "c1ccccc1O", "CCCl", "OCCO"]
+    pd.DataFrame({"smiles": smiles, "target": np.arange(8.0)}).to_csv(source, index=False)
+    write_params(tmp_path, {"molecule": {"data": {"source": "file", "path": str(source), "split": "scaffold",
+                                                  "max_heavy_atoms": 5000}}})
+    env = {**workspace_env(tmp_path), "PYTHONPATH": str(PROJECT)}
+    process = subprocess.Popen([sys.executable, "-m", "flows.molecule.prepare"], cwd=tmp_path, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180  # start-up of the flow run on a busy machine
+        while not any("Beginning flow run" in line for line in lines) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(20)  # past the task's start-up and the standardisation, inside the scaffolds (minutes)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=20)  # a timeout for the test, not a speed check (grace 3 s)
+    finally:
+        process.kill()
+    reader.join(timeout=5)
+    assert process.returncode == 128 + signal.SIGTERM
+    assert lines[-1].strip() == "error: stopped by SIGTERM"
+    assert not (tmp_path / "data" / "prepared" / "molecule" / "report.json").exists()

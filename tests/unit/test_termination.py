@@ -1,0 +1,50 @@
+"""flows/termination.py: a stage stops on SIGTERM even while RDKit holds the GIL, and keeps its exit status."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from tests.conftest import PROJECT_ROOT
+
+# After run_stoppable(): a Python SIGTERM handler as Prefect's flow engine installs, then one RDKit call that holds
+# the GIL for tens of seconds (a Bemis-Murcko scaffold of a 3,000-atom chain), during which that handler cannot run.
+BUSY_IN_RDKIT = """
+import signal, sys
+from rdkit import Chem
+from rdkit.Chem.Scaffolds.MurckoScaffold import MurckoScaffoldSmiles
+from flows.termination import run_stoppable
+mol = Chem.MolFromSmiles("C" * 3000)
+run_stoppable()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("handler ran"))
+print("busy", flush=True)
+MurckoScaffoldSmiles(mol=mol)
+print("finished", flush=True)
+"""
+BOUND_S = 20  # a timeout for the test, not a speed check: the stage gives up after STOP_GRACE_S (3 s)
+
+
+def _start(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_stops_a_stage_busy_in_rdkit():
+    process = _start(BUSY_IN_RDKIT)
+    try:
+        assert process.stdout.readline() == "busy\n"
+        time.sleep(1)  # inside the RDKit call
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=BOUND_S)
+    finally:
+        process.kill()
+    assert process.returncode == 128 + signal.SIGTERM
+    assert err.strip() == "error: stopped by SIGTERM" and "finished" not in out
+
+
+def test_the_stage_exit_status_and_output_pass_through():
+    process = _start("from flows.termination import run_stoppable; run_stoppable(); print('done'); raise SystemExit(2)")
+    out, _ = process.communicate(timeout=BOUND_S)
+    assert (process.returncode, out) == (2, "done\n")
