@@ -12,7 +12,7 @@ from data.errors import DataValidationError
 from data.molecules.config import MoleculeDataConfig
 from data.molecules.sources import SPLIT_NAMES, load_molecule_frame
 from data.molecules.split import assign_splits
-from data.molecules.standardize import clean_molecules
+from data.molecules.clean import clean_molecules
 from data.molecules.tokenizer import SmilesTokenizer
 
 REPORT_FILE = "report.json"

@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from data.errors import DataValidationError
-from data.molecules.standardize import InvalidSmilesError, canonical_smiles, clean_molecules, parse_smiles
+from data.molecules.clean import clean_molecules
+from data.molecules.standardize import InvalidSmilesError, canonical_smiles, parse_smiles
 
 
 def test_parse_smiles_strips_whitespace():
