@@ -13,7 +13,11 @@ from serving.settings import ServingSettings
 def main() -> None:
     settings = ServingSettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="info")
+    # one process: this app; several: each worker builds its own from the same environment
+    app = create_app(settings) if settings.workers == 1 else "serving.app:create_app"
+    uvicorn.run(app, factory=settings.workers > 1, workers=settings.workers, host=settings.host, port=settings.port,
+                loop="uvloop", http="httptools", access_log=False, log_level="info",
+                timeout_graceful_shutdown=settings.shutdown_timeout_s)
 
 
 if __name__ == "__main__":
