@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 import uvicorn
 
@@ -18,6 +20,12 @@ def main() -> None:
     uvicorn.run(app, factory=settings.workers > 1, workers=settings.workers, host=settings.host, port=settings.port,
                 loop="uvloop", http="httptools", access_log=False, log_level="info",
                 timeout_graceful_shutdown=settings.shutdown_timeout_s)
+    # The app has shut down (featurisation workers included). Tearing down the interpreter's heap of
+    # MLflow, pandas and RDKit objects takes seconds on a busy machine and has nothing left to do.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
