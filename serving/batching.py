@@ -56,6 +56,7 @@ class Batcher:
         self.size_of, self.concurrency, self.on_batch = size_of, concurrency, on_batch
         self._waiting: deque[_Request] = deque()
         self._running: set[asyncio.Task] = set()
+        self._starting = False  # a batch task is scheduled and will collect when it starts
         self._closed = False
 
     @property
@@ -88,13 +89,21 @@ class Batcher:
             await asyncio.wait(self._running)
 
     def _dispatch(self) -> None:
-        while len(self._running) < self.concurrency and not self._closed:
-            batch = self._collect()
-            if not batch:
-                return
-            task = asyncio.create_task(self._run(batch))
-            self._running.add(task)
-            task.add_done_callback(self._finished)
+        """Start a batch task if a slot is free; it collects on its first step, so requests submitted in the
+        same event-loop turn share it."""
+        if self._starting or self._closed or not self._waiting or len(self._running) >= self.concurrency:
+            return
+        self._starting = True
+        task = asyncio.create_task(self._next())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+
+    async def _next(self) -> None:
+        self._starting = False
+        batch = self._collect()
+        self._dispatch()  # another free slot takes what is left
+        if batch:
+            await self._run(batch)
 
     def _finished(self, task: asyncio.Task) -> None:
         self._running.discard(task)

@@ -30,7 +30,7 @@ class Predictions:
     """Owns the batchers and the featurisation pool; `start` and `stop` belong to the app's lifespan."""
 
     def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics):
-        self.store = store
+        self.store, self.inline_items = store, settings.inline_max_items
         batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)
         self.sensor = Batcher(self._run_sensor, **batch, size_of=lambda window: window.nbytes,
                               on_batch=metrics.batch_items.labels("sensor").observe)
@@ -74,6 +74,8 @@ class Predictions:
         return rows, model
 
     async def _run_sensor(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+        if sum(len(part) for part in parts) <= self.inline_items:  # cheaper than handing it to a thread
+            return self._sensor_call(parts)
         return await asyncio.get_running_loop().run_in_executor(self._threads["sensor"], self._sensor_call, parts)
 
     def _sensor_call(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:

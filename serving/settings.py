@@ -29,6 +29,8 @@ class ServingSettings(BaseSettings):
     batch_max_items: int = Field(512, ge=1, description="items per model call at most")
     batch_max_bytes: int = Field(2 * 2**20, ge=1, description="input bytes per model call at most (one item always)")
     batch_share: int = Field(32, ge=1, description="items one request adds to a model call per round-robin turn")
+    inline_max_items: int = Field(16, ge=0, description="sensor batches up to this size run on the event loop, "
+                                                         "larger ones in the model thread")
     featurize_workers: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1,
                                    description="processes turning SMILES into graphs")
     featurize_batch_items: int = Field(4, ge=1, description="SMILES per featurisation call at most")

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
@@ -18,7 +24,7 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 from tests.integration.test_serving_registry import (
-    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve, shared_registry, tiny_models,
+    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, free_port, serve, shared_registry, tiny_models,
 )
 
 pytestmark = pytest.mark.integration
@@ -243,3 +249,44 @@ def test_a_client_that_disconnects_takes_its_queued_work_with_it(store):
             httpx.post(f"{url}/v1/molecule/predict", json={"smiles": large_molecules(64)}, timeout=0.5)
         assert httpx.post(f"{url}/v1/molecule/predict", json={"smiles": ["CCO"]}, timeout=30).status_code == 200
         assert featurize_calls(url) < 64
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_service_within_5_s_without_a_traceback(registry, stop):
+    """`python -m serving` with a long molecule request in flight: the request is refused (503), the process
+    and its featurisation workers end, and nothing in the output is a traceback."""
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false",
+           "SERVING_FEATURIZE_BATCH_ITEMS": "1"}
+    service = subprocess.Popen([sys.executable, "-m", "serving"], cwd=Path(__file__).resolve().parents[2], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(url):
+            assert service.poll() is None and time.monotonic() < deadline, "the service did not become ready"
+            time.sleep(0.2)
+        workers = psutil.Process(service.pid).children(recursive=True)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, f"{url}/v1/molecule/predict", json={"smiles": large_molecules(64)},
+                                  timeout=60)
+            while featurize_calls(url) < 1:  # the request's molecules are being featurised
+                time.sleep(0.05)
+            service.send_signal(stop)
+            service.wait(timeout=5)
+            answer = pending.result()
+        _, alive = psutil.wait_procs(workers, timeout=5)
+        output = service.stdout.read()
+    finally:
+        if service.poll() is None:
+            service.kill()
+    assert answer.status_code == 503 and "shutting down" in answer.json()["detail"]
+    assert not alive, f"worker processes left: {alive}"
+    assert "Traceback" not in output and "Error" not in output.replace("ErrorHandler", ""), output[-3000:]
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready").status_code == 200
+    except httpx.TransportError:
+        return False

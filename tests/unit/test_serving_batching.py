@@ -58,6 +58,17 @@ def test_a_lone_request_runs_at_once():
     assert asyncio.run(main()) == ([2, 4], "v1")
 
 
+def test_requests_submitted_together_share_one_call_and_get_their_own_results():
+    async def main():
+        model = Model()
+        b = batcher(model)
+        return model.calls, await asyncio.gather(*(b.submit([i, i + 100]) for i in range(5)))
+
+    calls, results = asyncio.run(main())
+    assert calls == [[x for i in range(5) for x in (i, i + 100)]]
+    assert results == [([2 * i, 2 * (i + 100)], "v1") for i in range(5)]
+
+
 def test_requests_arriving_while_a_batch_runs_form_the_next_batch():
     async def main():
         model = Model()
@@ -166,7 +177,7 @@ def test_a_request_answered_by_two_model_versions_is_refused():
     assert asyncio.run(main()) == ([8], "v2")
 
 
-def test_with_two_slots_two_calls_run_at_once_and_the_rest_queue():
+def test_with_two_slots_two_calls_run_at_once_and_the_rest_waits():
     async def main():
         model = Model()
         model.hold()
@@ -178,8 +189,8 @@ def test_with_two_slots_two_calls_run_at_once_and_the_rest_queue():
         return running, [(await t)[0] for t in tasks], model.calls
 
     running, results, calls = asyncio.run(main())
-    assert running == [[0], [1]]  # each free slot took what was waiting; 2, 3, 4 queued behind them
-    assert sorted(calls[2:]) == [[2, 3], [4]]
+    assert running == [[0, 1], [2, 3]]  # each free slot took a full batch of what was waiting
+    assert calls[2:] == [[4]]
     assert results == [[2 * i] for i in range(5)]
 
 
