@@ -145,6 +145,45 @@ async def drive(url: str, clients: list[list[Kind]], seconds: float, headers: by
     return out
 
 
+# An empty endpoint on the same server stack: what HTTP, uvicorn and FastAPI cost here, at this moment.
+FLOOR_APP = """
+import sys, uvicorn
+from fastapi import FastAPI, Request, Response
+app = FastAPI()
+@app.post("/empty")
+async def empty(request: Request) -> Response:
+    await request.body()
+    return Response(b"{}", media_type="application/json")
+uvicorn.run(app, port=int(sys.argv[1]), loop="uvloop", http="httptools", access_log=False, log_level="warning")
+"""
+
+
+def floor_rows(seconds: float) -> list[dict]:
+    """1 and 32 clients posting a one-window body to an empty FastAPI endpoint."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", FLOOR_APP, str(port)])
+    url = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                httpx.post(f"{url}/empty")
+                break
+            time.sleep(0.2)
+        kind = Kind("empty endpoint", "/empty", lambda n: b'{"windows": [[[0.1, 0.2, 0.3]]]}', 1)
+        rows = []
+        for clients in (1, 32):
+            load_before, cpu_before = load_average(), service_cpu_s(process.pid)
+            kinds = asyncio.run(drive(url, [[kind]] * clients, seconds, b""))
+            cpu_ms = round(1000 * (service_cpu_s(process.pid) - cpu_before) / kinds[kind.name]["requests"], 2)
+            rows.append({"name": f"floor-{clients}x1", "kinds": kinds, "load_before": load_before,
+                         "load_after": load_average(), "service_cpu_ms_per_request": cpu_ms,
+                         "clients_by_kind": {kind.name: clients}, "items_by_kind": {kind.name: 1}})
+        return rows
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 # ---- request bodies ----
 
 def drug_like(path: Path) -> list[str]:
@@ -277,7 +316,7 @@ def main() -> None:
     parser.add_argument("--url", help="an already running service (default: start one)")
     parser.add_argument("--tiny", type=Path, help="build (once) and serve the tests' tiny models from a registry here")
     parser.add_argument("--seconds", type=float, default=20.0, help="duration of each row")
-    parser.add_argument("--only", help="comma-separated row names (default: all)")
+    parser.add_argument("--only", help="comma-separated row names (default: all; `floor` for the floor rows)")
     parser.add_argument("--soak-seconds", type=float, default=0, help="RSS soak at 32 clients (0: none)")
     parser.add_argument("--smiles", type=Path, default=ESOL, help="CSV with a `smiles` column: drug-like molecules")
     args = parser.parse_args()
@@ -305,6 +344,10 @@ def main() -> None:
         for name, scenario in scenarios(models, smiles, predictors).items():
             if args.only and name not in args.only.split(","):
                 continue
+            if name.startswith("molecule"):  # one pass over the drug-like SMILES fills the graph cache
+                for start in range(0, len(smiles), 256):
+                    httpx.post(f"{url}/v1/molecule/predict", json={"smiles": smiles[start:start + 256]}, timeout=120,
+                               headers={"Authorization": f"Bearer {api_key}"} if api_key else {})
             asyncio.run(drive(url, scenario["clients"][:4], 1.0, headers))  # warm-up
             load_before, cpu_before = load_average(), service_cpu_s(pid)
             kinds = asyncio.run(drive(url, scenario["clients"], args.seconds, headers))
@@ -318,15 +361,20 @@ def main() -> None:
                 row["in_process"] = in_process(*scenario["in_process"])
             rows.append(row)
             print(json.dumps(row), flush=True)
+        if not args.only or "floor" in args.only:
+            rows += floor_rows(args.seconds)
         soaked = soak(url, pid, models["sensor"], args.soak_seconds, headers) if args.soak_seconds and pid else None
     notes += [
         "clients: keep-alive HTTP/1.1 connections, each sending its next request as soon as the answer arrives",
+        "floor rows: an empty FastAPI endpoint on the same uvicorn settings (uvloop, httptools), driven the same way "
+        "in the same run: the most any endpoint could do on this machine at that moment",
         "service CPU ms/request: user + system time of the service's processes during the row, per request "
         "(all kinds together); less sensitive to the other jobs on a shared machine than the latencies",
         "in-process: the same registered model version loaded in the benchmark process, one caller, the row's "
         "request size per call (molecules: featurisation included, no cache)",
-        "molecule rows draw drug-like SMILES from ESOL, so after the first pass the service answers them from its "
-        "graph cache (SERVING_FEATURE_CACHE_MB); the large request is 256 distinct 500-character SMILES of 196 heavy "
+        "molecule rows draw drug-like SMILES from ESOL, sent once before the row, so the service answers them from "
+        "its graph cache (SERVING_FEATURE_CACHE_MB) and the in-process figure (no cache) is the cold reference; "
+        "the mixed row's small requests draw from the same cached set; the large request is 256 distinct 500-character SMILES of 196 heavy "
         "atoms, new every time (never cached)",
     ]
     report = {"when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "models": models_label,
