@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import DataValidationError
-from data.molecules.featurize import FEATURIZER_VERSION, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
 from models.onnx_runtime import load_session, run
@@ -73,10 +73,15 @@ class MoleculePredictor:
         graph_only = np.zeros(len(smiles), dtype=bool)
         ok = [i for i, g in enumerate(graphs) if g is not None]
         if ok:
-            tokens = encode_tokens([graphs[i] for i in ok], self.tokenizer)
-            graph_only[ok] = [t is None for t in tokens]
-            outputs = run(self.session, batch_inputs([graphs[i] for i in ok], tokens))
-            first = "value" if self.task == "regression" else "probability"
-            prediction[ok] = outputs[first]
-            uncertainty[ok] = outputs["uncertainty"]
+            outputs = self.predict_graphs([graphs[i] for i in ok])
+            prediction[ok], uncertainty[ok], graph_only[ok] = (outputs[k] for k in ("prediction", "uncertainty",
+                                                                                    "graph_only"))
         return {"prediction": prediction, "uncertainty": uncertainty, "error": errors, "graph_only": graph_only}
+
+    def predict_graphs(self, graphs: list[MolGraph]) -> dict[str, np.ndarray]:
+        """Already featurised molecules (G >= 1) -> `prediction`, `uncertainty` (G,) float32, `graph_only` (G,)."""
+        tokens = encode_tokens(graphs, self.tokenizer)
+        outputs = run(self.session, batch_inputs(graphs, tokens))
+        first = "value" if self.task == "regression" else "probability"
+        return {"prediction": outputs[first], "uncertainty": outputs["uncertainty"],
+                "graph_only": np.array([t is None for t in tokens])}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import uvicorn
@@ -17,11 +18,20 @@ def main() -> None:
     settings = ServingSettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        app = create_app(settings)
+        app = create_app(settings)  # opens the store and the key: a missing or unreadable one stops here, in one line
     except (RegistryStoreError, ManifestError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="info")
+    # one process: this app; several: each worker builds its own from the same environment
+    uvicorn.run(app if settings.workers == 1 else "serving.app:create_app", factory=settings.workers > 1,
+                workers=settings.workers, host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+                access_log=False, log_level="info", timeout_graceful_shutdown=settings.shutdown_timeout_s)
+    # The app has shut down (featurisation workers included). Tearing down the interpreter's heap of
+    # MLflow, pandas and RDKit objects takes seconds on a busy machine and has nothing left to do.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

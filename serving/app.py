@@ -5,43 +5,74 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
+import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
+import orjson
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ValidationError
 
 from contract.registry import RegistrySettings
+from models.onnx_runtime import set_intra_op_threads
 from serving.auth import api_key_check
-from serving.batching import MicroBatcher
+from serving.batching import BatcherClosed, MixedAnswer
+from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
 from serving.depict import molecule_svg
+from serving.featurizing import FeaturizerBroken
 from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
-from serving.schemas import ModelRef, MoleculeRequest, MoleculeResponse, SensorRequest, SensorResponse
+from serving.predict import NotReady, Predictions
+from serving.schemas import MoleculeRequest, MoleculeResponse, SensorRequest, SensorResponse
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 
 log = logging.getLogger("serving")
 PAGE = Path(__file__).parent / "static" / "index.html"
 MAX_ERRORS_SHOWN = 5
+# Answered 503 with Retry-After: the work may succeed when sent again.
+RETRYABLE = (NotReady, BatcherClosed, FeaturizerBroken, MixedAnswer)
+CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; only the metrics see it
 
 
-class NotReady(Exception):
-    """No model of this family is loaded (yet), or it changed under a queued request."""
+def _answer(model: LoadedModel, predictions: list[dict]) -> Response:
+    body = {"model": {"name": model.name, "version": model.version, "alias": model.alias}, "predictions": predictions}
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
-def _ref(model: LoadedModel) -> ModelRef:
-    return ModelRef(name=model.name, version=model.version, alias=model.alias)
+def _parse_json(body: bytes, content_type: str, schema: type[BaseModel]) -> BaseModel:
+    """`body` validated by `schema` straight from JSON; problems raised as FastAPI's own validation errors."""
+    if not content_type.startswith("application/json") or not body:
+        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    try:
+        return schema.model_validate_json(body)
+    except ValidationError as error:
+        raise RequestValidationError([{**e, "loc": ("body", *e["loc"])} for e in error.errors()]) from None
 
 
-def _number(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
+def _close_on_signals(close: Callable[[], None]) -> Callable[[], None]:
+    """On SIGINT/SIGTERM uvicorn stops accepting and waits for the requests in flight; `close` (run at the same
+    moment) answers the queued ones 503 at once. Returns the function that restores uvicorn's handlers."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        return lambda: None
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handle(sig: int, frame) -> None:
+        loop.call_soon_threadsafe(close)
+        if callable(previous[sig]):
+            previous[sig](sig, frame)
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    return lambda: [signal.signal(sig, handler) for sig, handler in previous.items()]
 
 
 def build_store(settings: ServingSettings) -> ModelStore:
@@ -54,36 +85,10 @@ def build_store(settings: ServingSettings) -> ModelStore:
 
 def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
     settings = settings or ServingSettings()
+    set_intra_op_threads(settings.intra_op_threads)
     store = store or build_store(settings)
     metrics = ServiceMetrics()
-
-    def model_of(family: str) -> LoadedModel:
-        model = store.get(family)
-        if model is None:
-            raise NotReady(f"no {family} model is loaded yet: {store.problems.get(family, 'loading')}")
-        return model
-
-    def run_sensor(windows: list) -> tuple[list[dict], LoadedModel]:
-        model = model_of("sensor")
-        try:
-            out = model.predictor.predict(np.stack(windows).transpose(0, 2, 1))
-        except ValueError as error:  # the model was swapped for one with another input layout
-            raise NotReady(f"the sensor model changed while the request waited; retry ({error})") from None
-        return [{"failure_probability": float(p), "alert": bool(a), "uncertainty": float(u)}
-                for p, a, u in zip(out["probability"], out["alert"], out["uncertainty"])], model
-
-    def run_molecule(smiles: list[str]) -> tuple[list[dict], LoadedModel]:
-        model = model_of("molecule")
-        out = model.predictor.predict(smiles)
-        key = "value" if model.predictor.task == "regression" else "probability"
-        return [{"smiles": s, key: _number(p), "uncertainty": _number(u), "error": e}
-                for s, p, u, e in zip(smiles, out["prediction"], out["uncertainty"], out["error"])], model
-
-    batchers = {
-        family: MicroBatcher(run, settings.batch_max_items, settings.batch_wait_ms / 1000,
-                             on_batch=metrics.batch_items.labels(family).observe)
-        for family, run in (("sensor", run_sensor), ("molecule", run_molecule))
-    }
+    predictions = Predictions(store, settings, metrics)
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -101,19 +106,20 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
-        for batcher in batchers.values():
-            batcher.start()
+        restore_signals = _close_on_signals(predictions.close)
+        await predictions.start()
         poller = asyncio.create_task(poll())
         yield
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
-        for batcher in batchers.values():
-            await batcher.stop()
+        await predictions.stop()
+        restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
                          description="Champion models from the MLflow registry on ONNX Runtime. See docs/serving.md.")
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
+    app.state.predictions = predictions
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
 
@@ -138,9 +144,19 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def bad_input(_: Request, error: BadInput) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=422)
 
-    @app.exception_handler(NotReady)
-    async def not_ready(_: Request, error: NotReady) -> JSONResponse:
+    async def not_ready(_: Request, error: Exception) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "5"})
+
+    for retryable in RETRYABLE:
+        app.add_exception_handler(retryable, not_ready)
+
+    @app.exception_handler(DeadlineExceeded)
+    async def too_late(_: Request, error: DeadlineExceeded) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=504)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(_: Request, error: ClientGone) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=CLIENT_CLOSED)
 
     @app.get("/health", tags=["service"])
     async def health() -> dict:
@@ -170,24 +186,29 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         """Each loaded model: name, version, alias, provider, sha256, test metrics (and sensor input layout)."""
         return {"models": [m.describe() for m in store.models.values()], "problems": store.problems}
 
-    @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse)
-    async def predict_sensor(body: SensorRequest) -> SensorResponse:
-        """Failure probability, alert flag and uncertainty per window."""
-        check_count(len(body.windows), settings.max_items, "windows")
-        windows = sensor_windows(body.windows, model_of("sensor").card)
-        metrics.request_items.labels("sensor").observe(len(windows))
-        results, model = await batchers["sensor"].submit(windows)
-        return SensorResponse(model=_ref(model), predictions=results)
+    sensor_body = {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": SensorRequest.model_json_schema()}}}}
 
-    @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, response_model_exclude_none=True)
-    async def predict_molecule(body: MoleculeRequest) -> MoleculeResponse:
-        """`value` (regression) or `probability` (classification) and `uncertainty` per SMILES, or its `error`."""
+    @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse, openapi_extra=sensor_body)
+    async def predict_sensor(request: Request) -> Response:
+        """Failure probability, alert flag and uncertainty per window (body: SensorRequest)."""
+        body = _parse_json(await request.body(), request.headers.get("content-type", ""), SensorRequest)
+        check_count(len(body.windows), settings.max_items, "windows")
+        windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
+        metrics.request_items.labels("sensor").observe(len(windows))
+        rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
+        return _answer(model, rows)
+
+    @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse)
+    async def predict_molecule(body: MoleculeRequest, request: Request) -> Response:
+        """`value` (regression) or `probability` (classification) and `uncertainty` per SMILES, or its `error`
+        (one that does not parse, or has more than SERVING_MAX_HEAVY_ATOMS heavy atoms)."""
         check_count(len(body.smiles), settings.max_items, "SMILES")
         check_smiles(body.smiles, settings.max_smiles_length)
-        model_of("molecule")
+        predictions.model_of("molecule")
         metrics.request_items.labels("molecule").observe(len(body.smiles))
-        results, model = await batchers["molecule"].submit(list(body.smiles))
-        return MoleculeResponse(model=_ref(model), predictions=results)
+        rows, model = await within_deadline(request, predictions.predict_smiles(body.smiles), settings.request_timeout_s)
+        return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
             responses={200: {"content": {"image/svg+xml": {}}}})

@@ -1,73 +1,164 @@
-"""Dynamic micro-batching: items from concurrent requests are run through the model together.
+"""Adaptive micro-batching with fair shares: items of concurrent requests run through one call together.
 
-A batch opens with the first waiting request and closes when it holds `max_items` items or `wait_s`
-seconds have passed, whichever comes first; it then runs in a worker thread while the next one fills.
+No fixed wait: a request that finds a free slot runs at once; requests that arrive while every slot is busy
+form the next batch. A batch holds at most `max_items` items and `max_bytes` bytes (one item always fits);
+it is filled round-robin, each waiting request adding at most `share` items per round, and requests that got
+items move behind those that did not. So a large request is answered in pieces interleaved with the others
+and cannot hold a small one back by more than about one batch. A request whose caller stops waiting (its
+deadline passed, its client went away) is dropped with whatever it had not yet handed to a batch.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-# run(items) -> (one result per item, what answered: e.g. the model version)
-BatchFunction = Callable[[list[Any]], tuple[Sequence[Any], Any]]
+# run(parts) -> (one result sequence per part, in order; what answered them: e.g. the model version)
+BatchFunction = Callable[[list[Sequence[Any]]], Awaitable[tuple[list[Sequence[Any]], Any]]]
 
 
-class MicroBatcher:
-    """Queue requests' items, call `run` once per micro-batch, hand each request its own results."""
+class BatcherClosed(RuntimeError):
+    """The batcher no longer takes or finishes work (the service is shutting down)."""
 
-    def __init__(self, run: BatchFunction, max_items: int, wait_s: float,
+
+class MixedAnswer(RuntimeError):
+    """The parts of one request were answered by different callers (e.g. the model changed in between)."""
+
+
+@dataclass(eq=False)
+class _Request:
+    items: Sequence[Any]
+    future: asyncio.Future
+    taken: int = 0  # items handed to batches so far
+    answered: int = 0  # items with results so far
+    results: list[Any] = field(init=False)
+    answered_by: Any = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.results = [None] * len(self.items)
+
+    @property
+    def waiting(self) -> bool:
+        return not self.future.done()
+
+
+class Batcher:
+    """Queue requests' items, call `run` once per batch with at most `concurrency` calls at a time, and hand
+    each request its own results in order."""
+
+    def __init__(self, run: BatchFunction, *, max_items: int, max_bytes: int, share: int,
+                 size_of: Callable[[Any], int], concurrency: int = 1,
                  on_batch: Callable[[int], None] | None = None):
-        self.run, self.max_items, self.wait_s, self.on_batch = run, max_items, wait_s, on_batch
-        self._queue: asyncio.Queue[tuple[list[Any], asyncio.Future]] = asyncio.Queue()
-        self._task: asyncio.Task | None = None
+        self.run, self.max_items, self.max_bytes, self.share = run, max_items, max_bytes, share
+        self.size_of, self.concurrency, self.on_batch = size_of, concurrency, on_batch
+        self._waiting: deque[_Request] = deque()
+        self._running: set[asyncio.Task] = set()
+        self._starting = False  # a batch task is scheduled and will collect when it starts
+        self._closed = False
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._serve())
+    @property
+    def queued_items(self) -> int:
+        return sum(len(r.items) - r.taken for r in self._waiting if r.waiting)
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    async def submit(self, items: Sequence[Any]) -> tuple[list[Any], Any]:
+        """This request's results, in order, and what answered them. Cancelling the caller drops the items
+        not yet in a batch."""
+        if self._closed:
+            raise BatcherClosed("the service is shutting down")
+        if not len(items):
+            return [], None
+        request = _Request(items, asyncio.get_running_loop().create_future())
+        self._waiting.append(request)
+        self._dispatch()
+        return await request.future
 
-    async def submit(self, items: list[Any]) -> tuple[list[Any], Any]:
-        """This request's results, in order, and what answered them."""
-        future = asyncio.get_running_loop().create_future()
-        await self._queue.put((items, future))
-        return await future
+    def close(self) -> None:
+        """Refuse new work and fail every waiting request with BatcherClosed (batches in flight finish)."""
+        self._closed = True
+        for request in self._waiting:
+            if request.waiting:
+                request.future.set_exception(BatcherClosed("the service is shutting down"))
+        self._waiting.clear()
 
-    async def _collect(self) -> list[tuple[list[Any], asyncio.Future]]:
-        batch = [await self._queue.get()]
-        count = len(batch[0][0])
-        deadline = asyncio.get_running_loop().time() + self.wait_s
-        while count < self.max_items:
-            remaining = deadline - asyncio.get_running_loop().time()
-            try:
-                request = self._queue.get_nowait() if remaining <= 0 else await asyncio.wait_for(self._queue.get(), remaining)
-            except (asyncio.QueueEmpty, TimeoutError):
+    async def drain(self) -> None:
+        """Wait for the batches in flight."""
+        if self._running:
+            await asyncio.wait(self._running)
+
+    def _dispatch(self) -> None:
+        """Start a batch task if a slot is free; it collects on its first step, so requests submitted in the
+        same event-loop turn share it."""
+        if self._starting or self._closed or not self._waiting or len(self._running) >= self.concurrency:
+            return
+        self._starting = True
+        task = asyncio.create_task(self._next())
+        self._running.add(task)
+        task.add_done_callback(self._finished)
+
+    async def _next(self) -> None:
+        self._starting = False
+        batch = self._collect()
+        self._dispatch()  # another free slot takes what is left
+        if batch:
+            await self._run(batch)
+
+    def _finished(self, task: asyncio.Task) -> None:
+        self._running.discard(task)
+        self._dispatch()
+
+    def _collect(self) -> list[tuple[_Request, int, int]]:
+        """The next batch: (request, start, stop) slices, round-robin over the waiting requests."""
+        slices: dict[_Request, list[int]] = {}
+        count = size = 0
+        full = False
+        while not full and count < self.max_items:
+            progressed = False
+            for request in [r for r in self._waiting if r.waiting and r.taken < len(r.items)]:
+                stop = request.taken
+                limit = min(len(request.items), request.taken + self.share, request.taken + self.max_items - count)
+                while stop < limit:
+                    item_size = self.size_of(request.items[stop])
+                    if count > 0 and size + item_size > self.max_bytes:
+                        full = True
+                        break
+                    size += item_size
+                    count += 1
+                    stop += 1
+                if stop > request.taken:
+                    slices.setdefault(request, [request.taken, stop])[1] = stop
+                    request.taken = stop
+                    progressed = True
+                if full or count >= self.max_items:
+                    full = True
+                    break
+            if not progressed:
                 break
-            batch.append(request)
-            count += len(request[0])
-        return batch
+        served = [r for r in self._waiting if r in slices]
+        self._waiting = deque([r for r in self._waiting if r.waiting and r.taken < len(r.items) and r not in slices]
+                              + [r for r in served if r.taken < len(r.items)])
+        return [(request, start, stop) for request, (start, stop) in slices.items()]
 
-    async def _serve(self) -> None:
-        while True:
-            batch = await self._collect()
-            flat = [item for items, _ in batch for item in items]
-            if self.on_batch is not None:
-                self.on_batch(len(flat))
-            try:
-                results, answered_by = await asyncio.to_thread(self.run, flat)
-            except Exception as error:  # every waiting request gets the error, the loop goes on
-                for _, future in batch:
-                    if not future.done():
-                        future.set_exception(error)
+    async def _run(self, batch: list[tuple[_Request, int, int]]) -> None:
+        if self.on_batch is not None:
+            self.on_batch(sum(stop - start for _, start, stop in batch))
+        try:
+            results, answered_by = await self.run([request.items[start:stop] for request, start, stop in batch])
+        except Exception as error:  # every request in the batch gets the error; the others go on
+            for request, _, _ in batch:
+                if request.waiting:
+                    request.future.set_exception(error)
+            return
+        for (request, start, stop), part in zip(batch, results):
+            if not request.waiting:  # cancelled meanwhile (deadline, client gone): its results are dropped
                 continue
-            start = 0
-            for items, future in batch:
-                if not future.done():  # a cancelled request (client gone) is skipped
-                    future.set_result((list(results[start:start + len(items)]), answered_by))
-                start += len(items)
+            request.results[start:stop] = part
+            if request.answered and request.answered_by != answered_by:
+                request.future.set_exception(MixedAnswer("the model changed while the request was answered; retry"))
+                continue
+            request.answered += stop - start
+            request.answered_by = answered_by
+            if request.answered == len(request.items):
+                request.future.set_result((request.results, answered_by))

@@ -6,8 +6,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# JSON has no NaN: a missing sensor reading is `null`; NaN/Infinity literals and overflowing numbers are refused.
-Reading = Annotated[float, Field(allow_inf_nan=False)] | None
+# JSON has no NaN: a missing sensor reading is `null`; NaN/Infinity literals and overflowing numbers are refused,
+# and so are booleans and strings (strict). Readings beyond float32 are refused by serving.inputs.
+Reading = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
 Step = list[Reading]
 Window = list[Step]
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from data.molecules.standardize import MAX_HEAVY_ATOMS
 
 
 class ServingSettings(BaseSettings):
@@ -23,6 +27,26 @@ class ServingSettings(BaseSettings):
     max_items: int = Field(256, ge=1, description="windows or SMILES per request")
     max_smiles_length: int = Field(500, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
-    batch_max_items: int = Field(512, ge=1, description="a micro-batch is run once it holds this many items")
-    batch_wait_ms: float = Field(5.0, ge=0, description="how long a micro-batch waits for more requests")
+    max_heavy_atoms: int = Field(MAX_HEAVY_ATOMS, ge=1, description="a larger molecule gets its own error")
+    request_timeout_s: float = Field(10.0, gt=0, description="a prediction not answered by then gets 504")
+    batch_max_items: int = Field(512, ge=1, description="items per model call at most")
+    batch_max_bytes: int = Field(2 * 2**20, ge=1, description="input bytes per model call at most (one item always)")
+    batch_share: int = Field(32, ge=1, description="items one request adds to a model call per round-robin turn")
+    inline_max_items: int = Field(16, ge=0, description="sensor batches up to this size run on the event loop, "
+                                                         "larger ones in the model thread")
+    featurize_workers: int | None = Field(None, ge=1, description="processes turning SMILES into graphs, per worker "
+                                                                  "(default: the CPU count divided by `workers`)")
+    featurize_batch_items: int = Field(4, ge=1, description="SMILES per featurisation call at most")
+    featurize_batch_chars: int = Field(1000, ge=1, description="SMILES characters per featurisation call at most")
+    feature_cache_mb: int = Field(64, ge=0, description="recent SMILES' graphs kept in memory (0: none)")
+    workers: int = Field(2, ge=1, description="uvicorn worker processes, each with its own models (bench/serving.py: "
+                                              "2 beat 1 on two cores)")
+    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime threads per model call (0: one per core)")
+    shutdown_timeout_s: float = Field(3.0, gt=0, description="on SIGTERM/SIGINT, how long in-flight requests may finish")
     poll_seconds: float = Field(30.0, gt=0, description="how often the registry alias is checked for a new version")
+
+    @model_validator(mode="after")
+    def _share_the_cores(self) -> ServingSettings:
+        if self.featurize_workers is None:
+            self.featurize_workers = max(1, (os.cpu_count() or 1) // self.workers)
+        return self

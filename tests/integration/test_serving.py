@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
@@ -18,12 +24,13 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 from tests.integration.test_serving_registry import (
-    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve, shared_registry, tiny_models,
+    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, free_port, serve, shared_registry, tiny_models,
 )
 
 pytestmark = pytest.mark.integration
 
-LIMITS = dict(max_items=8, max_smiles_length=40, max_body_bytes=64 * 1024, poll_seconds=3600, prefer_cuda=False)
+LIMITS = dict(max_items=8, max_smiles_length=40, max_body_bytes=64 * 1024, max_heavy_atoms=12, poll_seconds=3600,
+              prefer_cuda=False, featurize_workers=1)
 
 
 def wait_ready(client: TestClient, timeout: float = 30.0) -> None:
@@ -89,6 +96,14 @@ def test_sensor_predictions_are_the_champions(client, models):
     assert [p["alert"] for p in got] == list(expected["alert"])
 
 
+def test_a_molecule_over_the_size_limit_gets_its_own_error_and_the_others_are_answered(client):
+    answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "C" * 20, "c1ccccc1"]})
+    assert answer.status_code == 200, answer.text
+    ethanol, large, benzene = answer.json()["predictions"]
+    assert large["error"] == f"SMILES {'C' * 20!r} has 20 heavy atoms; at most 12" and "value" not in large
+    assert "error" not in ethanol and "error" not in benzene and ethanol["value"] != benzene["value"]
+
+
 def test_molecule_predictions_with_a_per_item_error(client):
     answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "not a molecule", "c1ccccc1"]})
     assert answer.status_code == 200, answer.text
@@ -112,7 +127,12 @@ BAD_INPUT = [
     ("sensor", '{"windows": [[[Infinity, 1, 2]]]}', 422, "finite number"),
     ("sensor", '{"windows": [[[1e999, 1, 2]]]}', 422, "finite number"),
     ("sensor", {"windows": [_window(value="high")]}, 422, "valid number"),
-    ("sensor", {"windows": [[0.5] * WINDOW]}, 422, "valid list"),
+    ("sensor", {"windows": [[0.5] * WINDOW]}, 422, "valid array"),
+    ("sensor", {"windows": [[*_window()[:-1], [0.5, 3.5e38, 0.5]]]}, 422,
+     f"windows[0][{WINDOW - 1}][1] ({CHANNELS[1]}) is 3.5e+38, which does not fit in float32"),
+    ("sensor", {"windows": [[*_window()[:-1], [0.5, -1e39, 0.5]]]}, 422, "does not fit in float32"),
+    ("sensor", {"windows": [_window(value=True)]}, 422, "body.windows.0.0.0: Input should be a valid number"),
+    ("sensor", {"windows": [_window(value="1")]}, 422, "valid number"),
     ("sensor", {"windows": []}, 422, "at least 1 item"),
     ("sensor", {"windows": [_window()] * 9}, 422, "at most 8"),
     ("sensor", {"windows": [_window()], "extra": 1}, 422, "Extra inputs"),
@@ -189,14 +209,85 @@ def test_api_docs_are_served_without_a_cdn(client):
     assert client.get("/openapi.json").json()["paths"]["/v1/sensor/predict"]
 
 
-def test_concurrent_requests_share_micro_batches(store, models):
-    app = create_app(ServingSettings(**LIMITS, batch_wait_ms=200), store=store)
-    window = window_json(models.test_windows[0])
-    with serve(app) as url, concurrent.futures.ThreadPoolExecutor(6) as pool:
-        answers = list(pool.map(lambda _: httpx.post(f"{url}/v1/sensor/predict", json={"windows": [window]}),
-                                range(6)))
-        metrics = httpx.get(f"{url}/metrics").text
-    assert all(a.status_code == 200 for a in answers)
-    assert len({a.json()["predictions"][0]["failure_probability"] for a in answers}) == 1
-    batches = [line for line in metrics.splitlines() if line.startswith('serving_batch_items_count{family="sensor"}')]
-    assert 1 <= float(batches[0].split()[-1]) < 6  # six requests answered by fewer model calls
+def test_concurrent_requests_each_get_their_own_rows(client, models):
+    expected = SensorPredictor(models.good_sensor, models.sensor_card, prefer_cuda=False).predict(models.test_windows)
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda i: client.post("/v1/sensor/predict", json={"windows": [
+            window_json(w) for w in models.test_windows[i:i + 3]]}), range(12)))
+    for i, answer in enumerate(answers):
+        got = [p["failure_probability"] for p in answer.json()["predictions"]]
+        assert np.allclose(got, expected["probability"][i:i + 3], atol=1e-6)
+
+
+def large_molecules(count: int) -> list[str]:
+    """Distinct unbranched chains of 120 to 120 + count carbons: each takes tens of milliseconds to featurise."""
+    return ["C" * (120 + i) for i in range(count)]
+
+
+def featurize_calls(url: str) -> float:
+    metrics = httpx.get(f"{url}/metrics").text
+    return float(next(line.split()[-1] for line in metrics.splitlines()
+                      if line.startswith('serving_batch_items_count{family="featurize"}')))
+
+
+def test_a_request_past_its_deadline_gets_504_its_work_is_dropped_and_the_next_is_answered(store):
+    """64 large molecules take seconds to featurise one at a time; the deadline is 0.5 s."""
+    settings = ServingSettings(**{**LIMITS, "max_items": 64, "max_smiles_length": 200, "max_heavy_atoms": 200,
+                                  "featurize_batch_items": 1, "request_timeout_s": 0.5})
+    with serve(create_app(settings, store=store)) as url:
+        late = httpx.post(f"{url}/v1/molecule/predict", json={"smiles": large_molecules(64)}, timeout=30)
+        assert late.status_code == 504 and "SERVING_REQUEST_TIMEOUT_S" in late.json()["detail"]
+        after = httpx.post(f"{url}/v1/molecule/predict", json={"smiles": ["CCO"]}, timeout=30)
+        assert after.status_code == 200 and "value" in after.json()["predictions"][0]
+        assert featurize_calls(url) < 64  # the rest of the late request's molecules were never featurised
+
+
+def test_a_client_that_disconnects_takes_its_queued_work_with_it(store):
+    settings = ServingSettings(**{**LIMITS, "max_items": 64, "max_smiles_length": 200, "max_heavy_atoms": 200,
+                                  "featurize_batch_items": 1})
+    with serve(create_app(settings, store=store)) as url:
+        with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
+            httpx.post(f"{url}/v1/molecule/predict", json={"smiles": large_molecules(64)}, timeout=0.5)
+        assert httpx.post(f"{url}/v1/molecule/predict", json={"smiles": ["CCO"]}, timeout=30).status_code == 200
+        assert featurize_calls(url) < 64
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_service_within_5_s_without_a_traceback(registry, stop):
+    """`python -m serving` with a long molecule request in flight: the request is refused (503), the process
+    and its featurisation workers end, and nothing in the output is a traceback."""
+    port = free_port()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false",
+           "SERVING_FEATURIZE_BATCH_ITEMS": "1", "SERVING_WORKERS": "1"}  # one process: its metrics show the work
+    service = subprocess.Popen([sys.executable, "-m", "serving"], cwd=Path(__file__).resolve().parents[2], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while not _ready(url):
+            assert service.poll() is None and time.monotonic() < deadline, "the service did not become ready"
+            time.sleep(0.2)
+        workers = psutil.Process(service.pid).children(recursive=True)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(httpx.post, f"{url}/v1/molecule/predict", json={"smiles": large_molecules(64)},
+                                  timeout=60)
+            while featurize_calls(url) < 1:  # the request's molecules are being featurised
+                time.sleep(0.05)
+            service.send_signal(stop)
+            service.wait(timeout=5)
+            answer = pending.result()
+        _, alive = psutil.wait_procs(workers, timeout=5)
+        output = service.stdout.read()
+    finally:
+        if service.poll() is None:
+            service.kill()
+    assert answer.status_code == 503 and "shutting down" in answer.json()["detail"]
+    assert not alive, f"worker processes left: {alive}"
+    assert "Traceback" not in output and "Error" not in output.replace("ErrorHandler", ""), output[-3000:]
+
+
+def _ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/ready").status_code == 200
+    except httpx.TransportError:
+        return False

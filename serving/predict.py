@@ -1,0 +1,122 @@
+"""The two prediction paths behind the HTTP routes, for any router to call: sensor windows or SMILES in, one
+answer per item out, through the fair micro-batchers (serving.batching) and the featurisation pool."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from serving.batching import Batcher
+from serving.featurizing import Featurizer, graph_bytes
+from serving.loading import LoadedModel
+from serving.metrics import ServiceMetrics
+from serving.settings import ServingSettings
+from serving.store import ModelStore
+
+
+class NotReady(Exception):
+    """No model of this family is loaded (yet), or it changed under a queued request."""
+
+
+def _number(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+class Predictions:
+    """Owns the batchers and the featurisation pool; `start` and `stop` belong to the app's lifespan."""
+
+    def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics):
+        self.store, self.inline_items = store, settings.inline_max_items
+        batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)
+        self.sensor = Batcher(self._run_sensor, **batch, size_of=lambda window: window.nbytes,
+                              on_batch=metrics.batch_items.labels("sensor").observe)
+        self.molecule = Batcher(self._run_molecule, **batch, size_of=graph_bytes,
+                                on_batch=metrics.batch_items.labels("molecule").observe)
+        self.featurizer = Featurizer(settings.featurize_workers, settings.featurize_batch_items,
+                                     settings.featurize_batch_chars, settings.max_heavy_atoms,
+                                     settings.feature_cache_mb * 2**20,
+                                     on_batch=metrics.batch_items.labels("featurize").observe)
+        # one thread per family: a model call never waits for the other family's
+        self._threads = {family: ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{family}")
+                         for family in ("sensor", "molecule")}
+
+    def model_of(self, family: str) -> LoadedModel:
+        model = self.store.get(family)
+        if model is None:
+            raise NotReady(f"no {family} model is loaded yet: {self.store.problems.get(family, 'loading')}")
+        return model
+
+    async def predict_windows(self, windows: np.ndarray) -> tuple[list[dict], LoadedModel]:
+        """Windows (n, T, C) float32, NaN for missing readings -> per window `failure_probability`, `alert`,
+        `uncertainty`, and the model that answered."""
+        answers, model = await self.sensor.submit(windows)
+        return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u in answers], model
+
+    async def predict_smiles(self, smiles: Sequence[str]) -> tuple[list[dict], LoadedModel]:
+        """SMILES -> per SMILES `value` (regression) or `probability` and `uncertainty`, or its `error`."""
+        model = self.model_of("molecule")
+        featurized = await self.featurizer.featurize(smiles)
+        graphs = [f for f in featurized if not isinstance(f, str)]
+        answers, model = await self.molecule.submit(graphs) if graphs else ([], model)
+        key = "value" if model.predictor.task == "regression" else "probability"
+        rows, answered = [], iter(answers)
+        for item, graph in zip(smiles, featurized):
+            if isinstance(graph, str):
+                rows.append({"smiles": item, "error": graph})
+            else:
+                value, uncertainty = next(answered)
+                row = {"smiles": item, key: _number(value), "uncertainty": _number(uncertainty)}
+                rows.append({k: v for k, v in row.items() if v is not None})
+        return rows, model
+
+    async def _run_sensor(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+        if sum(len(part) for part in parts) <= self.inline_items:  # cheaper than handing it to a thread
+            return self._sensor_call(parts)
+        return await asyncio.get_running_loop().run_in_executor(self._threads["sensor"], self._sensor_call, parts)
+
+    def _sensor_call(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+        model = self.model_of("sensor")
+        try:
+            out = model.predictor.predict(np.concatenate(parts).transpose(0, 2, 1))
+        except ValueError as error:  # the model was swapped for one with another input layout
+            raise NotReady(f"the sensor model changed while the request waited; retry ({error})") from None
+        rows = list(zip(out["probability"].tolist(), out["alert"].tolist(), out["uncertainty"].tolist()))
+        return _split(rows, parts), model
+
+    async def _run_molecule(self, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
+        return await asyncio.get_running_loop().run_in_executor(self._threads["molecule"], self._molecule_call, parts)
+
+    def _molecule_call(self, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
+        model = self.model_of("molecule")
+        out = model.predictor.predict_graphs([g for part in parts for g in part])
+        return _split(list(zip(out["prediction"].tolist(), out["uncertainty"].tolist())), parts), model
+
+    async def start(self) -> None:
+        await self.featurizer.start()
+
+    def close(self) -> None:
+        """Refuse new work and answer the waiting requests 'shutting down' (what is in flight finishes)."""
+        for batcher in (self.sensor, self.molecule):
+            batcher.close()
+        self.featurizer.close()
+
+    async def stop(self) -> None:
+        """Close, wait for the model calls in flight, end the featurisation workers and the model threads."""
+        self.close()
+        await self.featurizer.stop()
+        for batcher in (self.sensor, self.molecule):
+            await batcher.drain()
+        for threads in self._threads.values():
+            threads.shutdown(wait=True)
+
+
+def _split(rows: list, parts: Sequence[Sequence]) -> list[list]:
+    out, start = [], 0
+    for part in parts:
+        out.append(rows[start:start + len(part)])
+        start += len(part)
+    return out
