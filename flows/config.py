@@ -8,6 +8,7 @@ from typing import Any, Literal
 from prefect.client.schemas.schedules import CronSchedule
 from pydantic import Field, ValidationError, model_validator
 
+from contract.registry import DEFAULT_SIGNING_KEY, DEFAULT_TRACKING_URI
 from data.config import StrictModel
 
 
@@ -17,9 +18,11 @@ class TrackingConfig(StrictModel):
     The environment variable MLFLOW_TRACKING_URI, when set, wins over `uri`.
     """
 
-    uri: str = "sqlite:///mlflow/mlflow.db"
+    uri: str = DEFAULT_TRACKING_URI
     artifact_root: str = "mlflow/artifacts"
     ui_url: str = Field("http://127.0.0.1:5000", description="the MLflow UI, for links in Prefect artifacts")
+    signing_key: str = Field(DEFAULT_SIGNING_KEY, description="Ed25519 private key that signs registered versions "
+                             "(created on first use; services verify with the public key beside it, `.pub`)")
 
 
 class ExportConfig(StrictModel):

@@ -15,6 +15,7 @@ from pydantic import Field, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
+from contract.registry import DEFAULT_MODEL_NAMES
 from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
@@ -48,7 +49,7 @@ class SensorParams(StrictModel):
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
-            model_name="sensor-failure-detector", primary_metric="pr_auc", mode="max", max_calibration_error=0.1
+            model_name=DEFAULT_MODEL_NAMES["sensor"], primary_metric="pr_auc", mode="max", max_calibration_error=0.1
         )
     )
 
@@ -62,7 +63,7 @@ class MoleculeParams(StrictModel):
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
-            model_name="molecular-property", primary_metric="rmse", mode="min", max_calibration_error=0.15
+            model_name=DEFAULT_MODEL_NAMES["molecule"], primary_metric="rmse", mode="min", max_calibration_error=0.15
         )
     )
 

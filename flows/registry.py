@@ -1,10 +1,13 @@
-"""The MLflow model registry: ONNX versions, the promotion gate, `challenger`/`champion` aliases."""
+"""The MLflow model registry: signed ONNX versions, the promotion gate, `challenger`/`champion` aliases.
+
+Each version is a folder logged with its run: `model.onnx`, `card.json` (the model card), MLflow's `MLmodel`
+and environment files, and a manifest of their sha256 signed with the pipeline's key (contract/manifest.py).
+The gate compares a challenger only with a champion of the same task identity (contract/card.py)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,21 +15,13 @@ from pathlib import Path
 import mlflow
 import onnx
 from mlflow import MlflowClient
-from mlflow.exceptions import MlflowException
-from mlflow.models import Model, ModelSignature
+from mlflow.models import ModelSignature
 
+from contract.card import CardError, describe_identity, task_identity, write_card
+from contract.manifest import MANIFEST, ManifestError, key_id, load_signing_key, sha256_file, sign_directory
+from contract.registry import CHALLENGER, CHAMPION, actor, alias_version, download_verified, move_alias
 from flows.config import RegistryConfig
 from models.predictors import IncompatibleModelError
-
-CHAMPION, CHALLENGER = "champion", "challenger"
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 @dataclass
@@ -62,58 +57,38 @@ def decide(
     return Decision(promote, reasons)
 
 
-def champion_files(name: str, destination: Path) -> tuple[Path, dict, str] | None:
-    """Download the current champion's ONNX file and model card; None when there is no champion."""
+def register_version(cfg: RegistryConfig, onnx_path: Path, card: dict, signature: ModelSignature,
+                     tags: dict[str, str], signing_key: Path) -> str:
+    """Inside an active MLflow run: log the ONNX file, its model card and their signed manifest as the run's
+    `model` folder and register it as a new version of `cfg.model_name`."""
+    key = load_signing_key(signing_key)
+    with tempfile.TemporaryDirectory(prefix="register-") as scratch:
+        folder = Path(scratch) / "model"
+        mlflow.onnx.save_model(onnx.load(str(onnx_path)), str(folder), signature=signature, save_as_external_data=False)
+        write_card(folder, card)
+        manifest = sign_directory(folder, key)
+        mlflow.log_artifacts(str(folder), artifact_path="model")
+        manifest_sha256 = sha256_file(folder / MANIFEST)
+    run_id = mlflow.active_run().info.run_id
+    version = str(mlflow.register_model(f"runs:/{run_id}/model", cfg.model_name).version)
     client = MlflowClient()
-    try:
-        version = client.get_model_version_by_alias(name, CHAMPION)
-    except MlflowException:
-        return None
-    local = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@{CHAMPION}", dst_path=str(destination)))
-    return local / "model.onnx", read_card(local), version.version
-
-
-def read_card(model_dir: Path) -> dict:
-    """The model card stored as metadata in a downloaded model's MLmodel file."""
-    return Model.load(str(model_dir)).metadata["card"]
-
-
-def register_version(
-    cfg: RegistryConfig,
-    onnx_path: Path,
-    card: dict,
-    signature: ModelSignature,
-    tags: dict[str, str],
-) -> str:
-    """Log the ONNX file (its model card in the MLmodel metadata) as a new registered version."""
-    info = mlflow.onnx.log_model(
-        onnx.load(str(onnx_path)),
-        name="model",
-        signature=signature,
-        registered_model_name=cfg.model_name,
-        save_as_external_data=False,
-        metadata={"card": json.loads(json.dumps(card, default=str))},
-    )
-    version = str(info.registered_model_version)
-    client = MlflowClient()
-    for key, value in {**tags, "onnx_sha256": sha256_file(onnx_path)}.items():
-        client.set_model_version_tag(cfg.model_name, version, key, str(value))
+    signed = {"onnx_sha256": manifest["files"]["model.onnx"], "manifest_sha256": manifest_sha256,
+              "signed_by": key_id(key.public_key())}
+    for name, value in {**tags, **signed}.items():
+        client.set_model_version_tag(cfg.model_name, version, name, str(value))
     return version
 
 
-def apply_decision(cfg: RegistryConfig, version: str, decision: Decision) -> None:
+def apply_decision(cfg: RegistryConfig, version: str, decision: Decision, by: str) -> None:
     """New versions get `challenger`; a passed gate moves `champion` (the previous one is remembered)."""
     client = MlflowClient()
-    client.set_registered_model_alias(cfg.model_name, CHALLENGER, version)
+    move_alias(client, cfg.model_name, CHALLENGER, version, by, "registered")
     client.set_model_version_tag(cfg.model_name, version, "promotion", "promoted" if decision.promote else "refused")
     client.set_model_version_tag(cfg.model_name, version, "promotion_reasons", "; ".join(decision.reasons))
     if decision.promote:
-        try:
-            previous = client.get_model_version_by_alias(cfg.model_name, CHAMPION).version
+        previous = move_alias(client, cfg.model_name, CHAMPION, version, by, "; ".join(decision.reasons))
+        if previous is not None:
             client.set_model_version_tag(cfg.model_name, version, "previous_champion", previous)
-        except MlflowException:
-            pass
-        client.set_registered_model_alias(cfg.model_name, CHAMPION, version)
 
 
 def register_and_gate(
@@ -122,25 +97,49 @@ def register_and_gate(
     onnx_path: Path,
     signature: ModelSignature,
     champion_metrics: Callable[[Path, dict], dict[str, float]],
-    scratch: Path,
+    signing_key: Path,
+    new_task: bool = False,
 ) -> dict:
-    """Inside an active MLflow run: register a new version, evaluate the current champion on the
-    same test split with `champion_metrics(onnx_path, card)`, and apply the promotion gate."""
-    existing = champion_files(cfg.model_name, scratch)
-    champion, champion_version, notes = None, None, []
-    if existing is not None:
-        champion_onnx, champion_card, champion_version = existing
-        try:
-            champion = champion_metrics(champion_onnx, champion_card)
-        except IncompatibleModelError as error:
-            notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
+    """Inside an active MLflow run: register a new signed version, verify the current champion and, when it predicts
+    the same task, evaluate it on the same test split with `champion_metrics(onnx_path, card)`; apply the gate.
+
+    A champion of another task is never compared: the new version is refused, unless `new_task` (then it is judged
+    on calibration alone and replaces the champion's task)."""
+    client = MlflowClient()
+    key = load_signing_key(signing_key)
+    champion, notes, refusal = None, [], None
+    champion_version = alias_version(client, cfg.model_name, CHAMPION)
+    with tempfile.TemporaryDirectory(prefix="champion-") as scratch:
+        if champion_version is not None:
+            try:
+                verified = download_verified(client, cfg.model_name, champion_version, Path(scratch), key.public_key())
+            except (ManifestError, CardError) as error:
+                notes.append(f"champion v{champion_version} cannot be verified ({error}): no comparison")
+            else:
+                ours, theirs = task_identity(card), task_identity(verified.card)
+                if ours != theirs and new_task:
+                    notes.append(f"new task (--new-task): champion v{champion_version} predicted {describe_identity(theirs)}")
+                elif ours != theirs:
+                    family = card["family"]
+                    refusal = (f"champion v{champion_version} predicts {describe_identity(theirs)}; this version predicts "
+                               f"{describe_identity(ours)}: not comparable. Register it under another name "
+                               f"({family}.registry.model_name in params.yaml), or replace the champion's task with "
+                               f"`python -m flows.{family}.register --new-task`")
+                else:
+                    try:
+                        champion = champion_metrics(verified.onnx, verified.card)
+                    except IncompatibleModelError as error:
+                        notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
     tags = {f"metric.{k}": f"{v:.6g}" for k, v in card["test_metrics"].items()}
     tags.update({k: v for k, v in mlflow.active_run().data.tags.items() if k.startswith(("data.", "git_commit"))})
     tags["featurizer_version"] = str(card.get("featurizer_version", "n/a"))
-    version = register_version(cfg, onnx_path, card, signature, tags)
-    decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"])
-    decision.reasons[:0] = notes
-    apply_decision(cfg, version, decision)
+    version = register_version(cfg, onnx_path, card, signature, tags, signing_key)
+    if refusal is not None:
+        decision = Decision(False, [refusal])
+    else:
+        decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"])
+        decision.reasons[:0] = notes
+    apply_decision(cfg, version, decision, actor(f"flows.{card['family']}.register"))
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")
     return {
         "model_name": cfg.model_name,

@@ -1,23 +1,27 @@
 """`python -m flows.rollback sensor|molecule`: move `champion` back to the version it replaced.
 
 A promoted version carries a `previous_champion` tag (see flows.registry.apply_decision); rolling back
-points the alias at that version and tags the demoted one `promotion=rolled_back`. Rolling back again
-follows the restored version's own tag further back. A running service picks the change up at its next
-registry poll, or at once on POST /v1/admin/reload.
+verifies that version's signed manifest, points the alias at it (recorded in the registry's audit trail) and
+tags the demoted one `promotion=rolled_back`. Rolling back again follows the restored version's own tag further
+back. A running service picks the change up at its next registry poll, or at once on POST /v1/admin/reload.
 """
 
 from __future__ import annotations
 
 import enum
 import sys
+import tempfile
+from pathlib import Path
 
 import typer
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from contract.card import CardError
+from contract.manifest import ManifestError, load_verify_key, public_key_path
+from contract.registry import CHAMPION, actor, download_verified, move_alias
 from flows.params import ParamsError, load_params
-from flows.registry import CHAMPION
-from flows.tracking import use_tracking
+from flows.tracking import signing_key, use_tracking
 
 
 class Family(str, enum.Enum):
@@ -29,8 +33,9 @@ class RollbackError(RuntimeError):
     """There is no champion, or it records no previous champion to go back to."""
 
 
-def rollback(name: str) -> tuple[str, str]:
-    """Point `champion` of registered model `name` at its `previous_champion`; returns (from, to) versions."""
+def rollback(name: str, verify_key: Path) -> tuple[str, str]:
+    """Point `champion` of registered model `name` at its `previous_champion`, once that version's manifest checks
+    out against `verify_key`; returns (from, to) versions."""
     client = MlflowClient()
     try:
         current = client.get_model_version_by_alias(name, CHAMPION)
@@ -44,7 +49,12 @@ def rollback(name: str) -> tuple[str, str]:
         client.get_model_version(name, previous)
     except MlflowException:
         raise RollbackError(f"{name} version {previous}, the previous champion, no longer exists") from None
-    client.set_registered_model_alias(name, CHAMPION, previous)
+    with tempfile.TemporaryDirectory(prefix="rollback-") as scratch:
+        try:
+            download_verified(client, name, previous, Path(scratch), load_verify_key(verify_key))
+        except (ManifestError, CardError) as error:
+            raise RollbackError(f"refusing to roll back to it: {error}") from None
+    move_alias(client, name, CHAMPION, previous, actor("make rollback"), f"rollback from version {current.version}")
     client.set_model_version_tag(name, current.version, "promotion", "rolled_back")
     return str(current.version), str(previous)
 
@@ -57,7 +67,7 @@ def main(
         config = load_params(params)
         use_tracking(config.tracking)
         name = getattr(config, family.value).registry.model_name
-        before, after = rollback(name)
+        before, after = rollback(name, public_key_path(signing_key(config.tracking)))
     except (ParamsError, RollbackError) as error:
         typer.secho(f"error: {error}", fg="red", err=True)
         sys.exit(2)

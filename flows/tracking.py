@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,20 +13,25 @@ from mlflow.entities import Run
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 
+from contract.registry import resolve_tracking_uri, sqlite_file
 from flows._environment import workspace
 from flows.config import TrackingConfig
 from flows.lineage import dataset_tags, git_commit
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
-    """MLFLOW_TRACKING_URI if set; else cfg.uri with a relative sqlite path made workspace-absolute."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri
-    prefix = "sqlite:///"
-    if uri.startswith(prefix) and not uri[len(prefix):].startswith("/"):
-        db = workspace() / uri[len(prefix):]
-        db.parent.mkdir(parents=True, exist_ok=True)
-        uri = prefix + str(db)
+    """MLFLOW_TRACKING_URI if set; else cfg.uri with a relative sqlite path made workspace-absolute (its folder
+    is created: the pipeline creates the store, a service never does)."""
+    uri = resolve_tracking_uri(cfg.uri, workspace())
+    database = sqlite_file(uri)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
     return uri
+
+
+def signing_key(cfg: TrackingConfig) -> Path:
+    """The private key that signs registered versions (relative paths are inside the workspace)."""
+    return workspace() / cfg.signing_key
 
 
 def artifact_location(cfg: TrackingConfig, family: str) -> str:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import logging
+import sys
 
 import uvicorn
 
+from contract.manifest import ManifestError
+from contract.registry import RegistryStoreError
 from serving.app import create_app
 from serving.settings import ServingSettings
 
@@ -13,11 +16,15 @@ from serving.settings import ServingSettings
 def main() -> None:
     settings = ServingSettings()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        app = create_app(settings)  # opens the store and the key: a missing or unreadable one stops here, in one line
+    except (RegistryStoreError, ManifestError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(1)
     # one process: this app; several: each worker builds its own from the same environment
-    app = create_app(settings) if settings.workers == 1 else "serving.app:create_app"
-    uvicorn.run(app, factory=settings.workers > 1, workers=settings.workers, host=settings.host, port=settings.port,
-                loop="uvloop", http="httptools", access_log=False, log_level="info",
-                timeout_graceful_shutdown=settings.shutdown_timeout_s)
+    uvicorn.run(app if settings.workers == 1 else "serving.app:create_app", factory=settings.workers > 1,
+                workers=settings.workers, host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+                access_log=False, log_level="info", timeout_graceful_shutdown=settings.shutdown_timeout_s)
 
 
 if __name__ == "__main__":

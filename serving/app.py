@@ -18,8 +18,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from flows.params import load_params
-from flows.tracking import tracking_uri
+from contract.registry import RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.auth import api_key_check
 from serving.batching import BatcherClosed, MixedAnswer
@@ -77,10 +76,11 @@ def _close_on_signals(close: Callable[[], None]) -> Callable[[], None]:
 
 
 def build_store(settings: ServingSettings) -> ModelStore:
-    """The registry named by the params file (MLFLOW_TRACKING_URI wins), model names from its registry sections."""
-    params = load_params(settings.params_file)
-    names = {"sensor": params.sensor.registry.model_name, "molecule": params.molecule.registry.model_name}
-    return ModelStore(tracking_uri(params.tracking), names, settings.alias, settings.prefer_cuda)
+    """The registry, model names and trusted key named by the params file's `tracking` and `<family>.registry`
+    sections (MLFLOW_TRACKING_URI and SERVING_VERIFY_KEY win); nothing else of the file is read."""
+    registry = RegistrySettings.from_params(settings.params_file)
+    verify_key = Path(settings.verify_key) if settings.verify_key else registry.verify_key
+    return ModelStore(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda)
 
 
 def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:

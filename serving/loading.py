@@ -1,4 +1,4 @@
-"""Load one registered model version: download, check its sha256 against the registry, open an ONNX session."""
+"""Load one registered model version: download it, verify its signed manifest, open an ONNX Runtime session."""
 
 from __future__ import annotations
 
@@ -7,19 +7,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import mlflow
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from mlflow import MlflowClient
 
-from flows.registry import read_card, sha256_file
+from contract.registry import download_verified
 from models.predictors import MoleculePredictor, SensorPredictor
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 PREDICTORS = {"sensor": SensorPredictor, "molecule": MoleculePredictor}
-
-
-class IntegrityError(RuntimeError):
-    """The downloaded ONNX file is not the one the registry recorded."""
 
 
 @dataclass(frozen=True)
@@ -47,20 +43,12 @@ class LoadedModel:
 
 
 def load_version(client: MlflowClient, family: str, name: str, version: str, alias: str,
-                 prefer_cuda: bool) -> LoadedModel:
-    """Download `name` version `version`, verify the ONNX file's sha256 against the version's
-    `onnx_sha256` tag, and build its predictor. Raises IntegrityError on a missing tag or a mismatch."""
-    expected = client.get_model_version(name, version).tags.get("onnx_sha256")
-    if not expected:
-        raise IntegrityError(f"{name} version {version} has no onnx_sha256 tag; refusing to serve it")
-    source = client.get_model_version_download_uri(name, version)
+                 public_key: Ed25519PublicKey, prefer_cuda: bool) -> LoadedModel:
+    """Download `name` version `version`, verify every file against its manifest signed by the pipeline's key,
+    and build its predictor. Raises ManifestError or CardError (one line naming the version) when it must not
+    be served."""
     with tempfile.TemporaryDirectory(prefix="serving-") as scratch:
-        local = Path(mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=scratch))
-        onnx_path = local / "model.onnx"
-        actual = sha256_file(onnx_path)
-        if actual != expected:
-            raise IntegrityError(f"{name} version {version}: model.onnx has sha256 {actual}, "
-                                 f"the registry recorded {expected}; refusing to serve it")
-        card = read_card(local)
-        predictor = PREDICTORS[family](onnx_path, card, prefer_cuda=prefer_cuda)
-    return LoadedModel(family, name, str(version), alias, actual, card, predictor)
+        verified = download_verified(client, name, version, Path(scratch), public_key)
+        predictor = PREDICTORS[family](verified.onnx, verified.card, prefer_cuda=prefer_cuda)
+    return LoadedModel(family, name, str(version), alias, verified.manifest["files"]["model.onnx"], verified.card,
+                       predictor)

@@ -17,7 +17,10 @@ class ServingSettings(BaseSettings):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=1, le=65535)
-    params_file: str = Field("params.yaml", description="pipeline params: registry model names and MLflow store")
+    params_file: str = Field("params.yaml", description="pipeline params: only `tracking` (MLflow store, signing key) "
+                             "and each family's `registry.model_name` are read")
+    verify_key: str | None = Field(None, description="the public key that registered versions must be signed with; "
+                                   "default: the params file's tracking.signing_key with the suffix .pub")
     api_key: str | None = Field(None, description="when set, /v1/* needs `Authorization: Bearer <key>`")
     alias: str = Field("champion", description="registry alias served for both families")
     prefer_cuda: bool = True

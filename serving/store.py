@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
-from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from contract.card import CardError
+from contract.manifest import ManifestError, load_verify_key
+from contract.registry import open_registry, sqlite_file
 from serving.loading import LoadedModel, load_version
 
 log = logging.getLogger("serving")
 
 
 class ModelStore:
-    """One LoadedModel per family; `refresh()` follows the alias (a failed load keeps the old model)."""
+    """One LoadedModel per family; `refresh()` follows the alias (a failed load keeps the old model).
 
-    def __init__(self, tracking_uri: str, names: dict[str, str], alias: str, prefer_cuda: bool):
-        self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
+    The store must exist and be readable (RegistryStoreError otherwise: it is never created here), and the trusted
+    public key must load (ManifestError). A SQLite store that disappears later makes the service not ready, with
+    the reason under `problems["store"]`, while the loaded models keep answering."""
+
+    def __init__(self, tracking_uri: str, names: dict[str, str], alias: str, verify_key: Path, prefer_cuda: bool):
+        self.public_key = load_verify_key(verify_key)
+        self.client = open_registry(tracking_uri)
+        self.database = sqlite_file(tracking_uri)
         self.names, self.alias, self.prefer_cuda = names, alias, prefer_cuda
         self.models: dict[str, LoadedModel] = {}
         self.problems: dict[str, str] = {}
@@ -25,7 +34,7 @@ class ModelStore:
 
     @property
     def ready(self) -> bool:
-        return all(family in self.models for family in self.names)
+        return "store" not in self.problems and all(family in self.models for family in self.names)
 
     def get(self, family: str) -> LoadedModel | None:
         return self.models.get(family)
@@ -35,6 +44,10 @@ class ModelStore:
 
         Returns {family: what happened} for the families that changed or failed."""
         with self._lock:
+            if self.database is not None and not self.database.is_file():  # querying would create an empty one
+                return {"store": self._problem("store", f"the MLflow store {self.database} has disappeared; "
+                                                        f"the loaded models keep answering")}
+            self.problems.pop("store", None)
             return {family: outcome for family in self.names if (outcome := self._refresh(family))}
 
     def _refresh(self, family: str) -> str | None:
@@ -48,8 +61,10 @@ class ModelStore:
             self.problems.pop(family, None)
             return None
         try:
-            model = load_version(self.client, family, name, str(version), self.alias, self.prefer_cuda)
-        except Exception as error:  # IntegrityError, MLflow, ONNX Runtime, a malformed card: keep serving the old model
+            model = load_version(self.client, family, name, str(version), self.alias, self.public_key, self.prefer_cuda)
+        except (ManifestError, CardError) as error:  # keep serving the old model
+            return self._problem(family, f"refused to serve {error}")
+        except Exception as error:  # MLflow, ONNX Runtime, a card this code cannot use: keep serving the old model
             return self._problem(family, f"could not load {name} version {version}: {error}")
         self.models[family] = model
         self.problems.pop(family, None)

@@ -16,7 +16,7 @@ from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
-from flows.registry import sha256_file
+from contract.manifest import sha256_file
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
@@ -90,7 +90,9 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     export(model.eval(), model_arrays(val_data.subset(range(min(4, len(val_data))))), task,
            params.molecule.export.opset)
 
-    card = {"family": "molecule", "task": task, "featurizer_version": FEATURIZER_VERSION,
+    data = params.molecule.data
+    card = {"family": "molecule", "task": task, "target": data.target_column if data.source == "file" else data.source,
+            "featurizer_version": FEATURIZER_VERSION,
             "tokenizer": tokenizer.to_dict(), "model": state["model"],
             "calibration": calibration, "ensemble_size": len(members), "outputs": outputs(task),
             "inputs": INPUT_DOC}

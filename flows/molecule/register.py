@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import mlflow
@@ -23,7 +22,7 @@ from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.registry import register_and_gate
 from flows.tasks import io_task, stage_cli
-from flows.tracking import stage_run
+from flows.tracking import signing_key, stage_run
 from models.predictors import MoleculePredictor
 
 
@@ -41,7 +40,7 @@ def signature(task: str, n_atom_features: int, n_bond_features: int) -> ModelSig
 
 
 @io_task(name="register-and-gate")
-def register(params, card: dict, test: pd.DataFrame) -> dict:
+def register(params, card: dict, test: pd.DataFrame, new_task: bool) -> dict:
     y = test["target"].to_numpy(dtype=float)
 
     def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
@@ -49,20 +48,21 @@ def register(params, card: dict, test: pd.DataFrame) -> dict:
         return test_metrics(champion_card["task"], y, out["prediction"], out["uncertainty"], champion_card)
 
     sig = signature(card["task"], len(ATOM_FEATURE_SIZES), len(BOND_FEATURE_SIZES))
-    with tempfile.TemporaryDirectory() as scratch:
-        return register_and_gate(params.molecule.registry, card, MOLECULE.onnx, sig, champion_metrics, Path(scratch))
+    return register_and_gate(params.molecule.registry, card, MOLECULE.onnx, sig, champion_metrics,
+                             signing_key(params.tracking), new_task)
 
 
 @flow(name="molecule-register")
-def molecule_register(params_file: str = "params.yaml") -> dict:
-    """Register the exported model; promote it to `champion` if it passes the gate."""
+def molecule_register(params_file: str = "params.yaml", new_task: bool = False) -> dict:
+    """Register the exported model; promote it to `champion` if it passes the gate. `new_task`: the model predicts
+    another task than the champion (another target or inputs) and may replace it."""
     params = load_params(params_file)
     card = read_json(MOLECULE.model_card)
     baseline = read_json(MOLECULE.baseline)
     test = load_molecules().splits["test"]
     with stage_run(params.tracking, "molecule", "register", {"registry": params.molecule.registry.model_dump()},
                    {"molecule": MOLECULE.prepared}):
-        outcome = register(params, card, test)
+        outcome = register(params, card, test, new_task)
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         y = test["target"].to_numpy()

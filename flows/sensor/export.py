@@ -14,7 +14,7 @@ from prefect import flow
 from flows.json_io import read_json, write_json
 from flows.params import load_params
 from flows.paths import SENSOR
-from flows.registry import sha256_file
+from contract.manifest import sha256_file
 from flows.sensor.artifacts import load_ensemble, load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
@@ -74,6 +74,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     card = {
         "family": "sensor",
         "task": "classification",
+        "target": f"failure within {int(prepared.report['horizon'])} steps",
         "channels": prepared.channels,
         "window": int(prepared.report["window"]),
         "horizon": int(prepared.report["horizon"]),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import mlflow
@@ -18,7 +17,7 @@ from flows.paths import SENSOR
 from flows.registry import register_and_gate
 from flows.sensor.artifacts import load_windows
 from flows.tasks import io_task, stage_cli
-from flows.tracking import stage_run
+from flows.tracking import signing_key, stage_run
 from models.metrics import classification_metrics
 from models.predictors import SensorPredictor
 
@@ -33,26 +32,26 @@ def signature(n_channels: int) -> ModelSignature:
 
 
 @io_task(name="register-and-gate")
-def register(params, card: dict, test) -> dict:
+def register(params, card: dict, test, new_task: bool) -> dict:
     def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
         out = SensorPredictor(onnx_path, champion_card, prefer_cuda=False).predict(test.X)
         return classification_metrics(test.y, out["probability"], champion_card["threshold"])
 
-    with tempfile.TemporaryDirectory() as scratch:
-        return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
-                                 champion_metrics, Path(scratch))
+    return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
+                             champion_metrics, signing_key(params.tracking), new_task)
 
 
 @flow(name="sensor-register")
-def sensor_register(params_file: str = "params.yaml") -> dict:
-    """Register the exported model; promote it to `champion` if it passes the gate."""
+def sensor_register(params_file: str = "params.yaml", new_task: bool = False) -> dict:
+    """Register the exported model; promote it to `champion` if it passes the gate. `new_task`: the model predicts
+    another task than the champion (another target or inputs) and may replace it."""
     params = load_params(params_file)
     card = read_json(SENSOR.model_card)
     baseline = read_json(SENSOR.baseline)
     test = load_windows().windows["test"]
     with stage_run(params.tracking, "sensor", "register", {"registry": params.sensor.registry.model_dump()},
                    {"sensor": SENSOR.prepared}):
-        outcome = register(params, card, test)
+        outcome = register(params, card, test, new_task)
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         others = baseline.get("baselines", [baseline])

@@ -12,7 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
-from flows.registry import sha256_file
+from contract.manifest import sha256_file
 from models.predictors import SensorPredictor
 from serving.app import create_app
 from serving.settings import ServingSettings
@@ -46,7 +46,8 @@ def registry(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def store(registry) -> ModelStore:
-    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", prefer_cuda=False)
+    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
+                      prefer_cuda=False)
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,8 @@ def chromium(profile: Path) -> Iterator[Browser]:
 @pytest.fixture(scope="module")
 def browser_and_url(tmp_path_factory):
     registry = shared_registry(tmp_path_factory.getbasetemp())
-    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", prefer_cuda=False)
+    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
+                      prefer_cuda=False)
     with serve(create_app(ServingSettings(poll_seconds=3600, prefer_cuda=False), store=store)) as url, \
             chromium(tmp_path_factory.mktemp("chromium")) as browser:
         yield browser, url

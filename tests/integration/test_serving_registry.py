@@ -28,9 +28,11 @@ from onnx import TensorProto, helper, numpy_helper
 from data.molecules.featurize import FEATURIZER_VERSION, batch_inputs, encode_tokens, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
+from contract.manifest import public_key_path, sha256_file
+from contract.registry import CHAMPION
 from flows.config import RegistryConfig
 from flows.params import load_params
-from flows.registry import CHAMPION, register_and_gate, sha256_file
+from flows.registry import register_and_gate
 from models.metrics import classification_metrics
 from models.predictors import IncompatibleModelError, SensorPredictor
 
@@ -127,14 +129,16 @@ def tiny_models(root: Path) -> TinyModels:
     rng = np.random.default_rng(0)
     train = rng.normal(size=(64, len(CHANNELS), WINDOW))
     featurizer = WindowFeaturizer(CHANNELS).fit(train)
-    sensor_card = {"family": "sensor", "task": "classification", "channels": CHANNELS, "window": WINDOW,
+    sensor_card = {"family": "sensor", "task": "classification", "target": "failure within 8 steps",
+                   "channels": CHANNELS, "window": WINDOW,
                    "horizon": 8, "featurizer": featurizer.to_dict(), "threshold": 0.5, "ensemble_size": 2}
     good, bad = sensor_onnx(root / "good.onnx", seed=1), sensor_onnx(root / "bad.onnx", seed=2)
     windows = rng.normal(loc=rng.normal(size=(96, len(CHANNELS), 1)), size=(96, len(CHANNELS), WINDOW))
     probability = SensorPredictor(good, sensor_card, prefer_cuda=False).predict(windows)["probability"]
     labels = (probability >= np.median(probability)).astype(np.int64)
     tokenizer = SmilesTokenizer.build(["CCO", "c1ccccc1O", "CC(=O)N", "ClCBr"], max_length=32)
-    molecule_card = {"family": "molecule", "task": "regression", "featurizer_version": FEATURIZER_VERSION,
+    molecule_card = {"family": "molecule", "task": "regression", "target": "solubility",
+                     "featurizer_version": FEATURIZER_VERSION,
                      "tokenizer": tokenizer.to_dict(), "ensemble_size": 1, "outputs": ["value", "uncertainty"]}
     molecule = molecule_onnx(root / "molecule.onnx", tokenizer)
     return TinyModels(good, bad, molecule, sensor_card, molecule_card, windows, labels)
@@ -142,11 +146,17 @@ def tiny_models(root: Path) -> TinyModels:
 
 @dataclass
 class Registry:
-    """A populated registry: its tracking URI and each registration's outcome, in order."""
+    """A populated registry: its tracking URI, the key that signed its versions and each registration's outcome,
+    in order."""
 
     uri: str
+    signing_key: Path
     sensor_outcomes: list[dict]
     molecule_outcome: dict
+
+    @property
+    def verify_key(self) -> Path:
+        return public_key_path(self.signing_key)
 
 
 def _sensor_card(models: TinyModels, onnx_path: Path) -> dict:
@@ -163,6 +173,7 @@ def build_registry(root: Path, models: TinyModels) -> Registry:
     uri = f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.create_experiment("serving-tests", artifact_location=(root / "artifacts").as_uri())
+    key = root / "keys" / "signing.key"
 
     def sensor_metrics(onnx_path: Path, card: dict) -> dict[str, float]:
         out = SensorPredictor(onnx_path, card, prefer_cuda=False).predict(models.test_windows)
@@ -172,13 +183,13 @@ def build_registry(root: Path, models: TinyModels) -> Registry:
     for onnx_path in (models.bad_sensor, models.good_sensor, models.bad_sensor):
         with mlflow.start_run(experiment_id=experiment):
             sensor_outcomes.append(register_and_gate(SENSOR_GATE, _sensor_card(models, onnx_path), onnx_path, None,
-                                                     sensor_metrics, root / "scratch"))
+                                                     sensor_metrics, key))
     molecule_card = {**models.molecule_card, "test_metrics": {"rmse": 1.0, "mae": 0.8}, "calibration_error": 0.0,
                      "onnx_sha256": sha256_file(models.molecule)}
     with mlflow.start_run(experiment_id=experiment):
         molecule_outcome = register_and_gate(MOLECULE_GATE, molecule_card, models.molecule, None,
-                                             lambda *_: {"rmse": 9.0}, root / "scratch")
-    return Registry(uri, sensor_outcomes, molecule_outcome)
+                                             lambda *_: {"rmse": 9.0}, key)
+    return Registry(uri, key, sensor_outcomes, molecule_outcome)
 
 
 @functools.cache
@@ -259,7 +270,7 @@ def test_a_champion_this_code_cannot_run_does_not_block_promotion(tmp_path):
     for _ in range(2):
         with mlflow.start_run(experiment_id=experiment):
             outcomes.append(register_and_gate(MOLECULE_GATE, card, models.molecule, None, old_featurisation,
-                                              tmp_path / "scratch"))
+                                              tmp_path / "signing.key"))
     assert outcomes[1]["promoted"] and str(outcomes[1]["champion_before"]) == "1"
     assert "champion v1 cannot run on this code" in outcomes[1]["reasons"][0]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
-COPIED = ["dvc.yaml", ".dvcignore", ".dvc/config", "data", "models", "flows"]
+COPIED = ["dvc.yaml", ".dvcignore", ".dvc/config", "contract", "data", "models", "flows"]
 BIN = Path(sys.executable).parent
 
 
