@@ -29,6 +29,7 @@ from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
+from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
 from serving.schemas import MoleculeRequest, MoleculeResponse, SensorRequest, SensorResponse
 from serving.settings import ServingSettings
@@ -225,4 +226,5 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
                 "problems": store.problems}
 
     app.include_router(v1)
+    app.include_router(protocol_router(settings, store, predictions, metrics))
     return app

@@ -19,7 +19,7 @@ class BodySizeLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._too_large(send)
+            await self._too_large(scope, send)
             return
         chunks, size = [], 0
         while True:
@@ -29,7 +29,7 @@ class BodySizeLimit:
             chunks.append(message.get("body", b""))
             size += len(chunks[-1])
             if size > self.max_bytes:
-                await self._too_large(send)
+                await self._too_large(scope, send)
                 return
             if not message.get("more_body", False):
                 break
@@ -44,8 +44,9 @@ class BodySizeLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, send: Send) -> None:
-        body = json.dumps({"detail": f"request body is larger than {self.max_bytes} bytes (SERVING_MAX_BODY_BYTES)"}).encode()
+    async def _too_large(self, scope: Scope, send: Send) -> None:
+        key = "error" if scope["path"].startswith("/v2") else "detail"  # the Open Inference Protocol's error field
+        body = json.dumps({key: f"request body is larger than {self.max_bytes} bytes (SERVING_MAX_BODY_BYTES)"}).encode()
         await send({"type": "http.response.start", "status": 413,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,380 @@
+"""The Open Inference Protocol (KServe v2, Triton's HTTP/REST) over the same models, limits, deadlines and API key
+as /v1: health, server and model metadata, and inference on named tensors sent as JSON or as binary data (Triton's
+binary tensor data extension). docs/serving.md lists the tensors and the choices made for missing readings and
+failed molecules."""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Callable
+from importlib.metadata import version as package_version
+from typing import Any
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from serving.auth import api_key_check
+from serving.deadline import within_deadline
+from serving.inputs import BadInput, check_count, check_smiles
+from serving.loading import LoadedModel
+from serving.metrics import ServiceMetrics
+from serving.predict import NotReady, Predictions
+from serving.settings import ServingSettings
+from serving.store import ModelStore
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+SENSOR_INPUT, MOLECULE_INPUT = "windows", "smiles"
+MAX_ERRORS_SHOWN = 3
+
+
+class ProtocolError(Exception):
+    """A request this protocol refuses: `status` and the one-line message sent as `{"error": message}`."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+class _Parameters(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class InputParameters(_Parameters):
+    binary_data_size: int | None = Field(None, ge=0)
+
+
+class OutputParameters(_Parameters):
+    binary_data: bool | None = None
+
+
+class RequestParameters(_Parameters):
+    binary_data_output: bool = False
+
+
+class RequestInput(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: InputParameters = InputParameters()
+    data: Any = None
+
+
+class RequestOutput(BaseModel):
+    name: str
+    parameters: OutputParameters = OutputParameters()
+
+
+class InferenceRequest(BaseModel):
+    id: str | None = None
+    parameters: RequestParameters = RequestParameters()
+    inputs: list[RequestInput] = Field(min_length=1)
+    outputs: list[RequestOutput] | None = None
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
+
+
+class ProtocolRoute(APIRoute):
+    """Answers every refusal in the protocol's `{"error": message}` form: a bad tensor 400; what the app answers
+    itself (401 without the API key, 503 not ready, 504 past the deadline...) keeps the app's status and headers."""
+
+    def get_route_handler(self) -> Callable:
+        handle = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handle(request)
+            except ProtocolError as error:
+                return _error(error.status, str(error))
+            except BadInput as error:
+                return _error(400, str(error))
+            except Exception as error:
+                app_handler = _app_handler(request.app, error)
+                if app_handler is None:
+                    raise
+                response = await app_handler(request, error)
+                headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "content-type")}
+                return _error(response.status_code, orjson.loads(response.body)["detail"], headers)
+
+        return answer
+
+
+def _app_handler(app: FastAPI, error: Exception) -> Callable | None:
+    return next((app.exception_handlers[kind] for kind in type(error).__mro__ if kind in app.exception_handlers), None)
+
+
+def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions,
+                    metrics: ServiceMetrics) -> APIRouter:
+    """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
+    the API key like /v1. A model is named by its registry name or by its family (`sensor`, `molecule`)."""
+    router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["open inference protocol"])
+    guarded = [Depends(api_key_check(settings.api_key))]
+    timeout_s = settings.request_timeout_s
+
+    def served(name: str, version: str | None) -> LoadedModel:
+        families = {**{registered: family for family, registered in store.names.items()},
+                    **{family: family for family in store.names}}
+        if name not in families:
+            raise ProtocolError(404, f"unknown model {name!r}; this server has {', '.join(sorted(families))}")
+        model = predictions.model_of(families[name])
+        if version is not None and version != model.version:
+            raise ProtocolError(404, f"model {name!r} version {version!r} is not served; version {model.version} is")
+        return model
+
+    @router.get("/health/live")
+    async def live() -> dict:
+        """200 while the process is up."""
+        return {"live": True}
+
+    @router.get("/health/ready")
+    async def ready() -> dict:
+        """200 once both models are loaded, else 503 saying what is missing."""
+        if not store.ready:
+            problems = {**{family: "loading" for family in store.names if family not in store.models},
+                        **store.problems}
+            raise ProtocolError(503, f"not ready: {'; '.join(f'{k}: {v}' for k, v in problems.items())}")
+        return {"ready": True}
+
+    @router.get("")
+    async def server_metadata() -> dict:
+        return {"name": "failsafe-ml", "version": package_version("failsafe-ml"), "extensions": ["binary_tensor_data"]}
+
+    async def model_metadata(name: str, request: Request) -> dict:
+        """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
+        return _metadata(served(name, request.path_params.get("version")))
+
+    async def model_ready(name: str, request: Request) -> dict:
+        """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
+        return {"name": served(name, request.path_params.get("version")).name, "ready": True}
+
+    async def infer(name: str, request: Request) -> Response:
+        """Named tensors in, named tensors out: JSON, or binary after the JSON (Inference-Header-Content-Length)."""
+        version = request.path_params.get("version")
+        model = served(name, version)
+        inference, binary = _read_request(await request.body(), request.headers)
+        wanted = _wanted_outputs(inference, _output_types(model))
+        if model.family == "sensor":
+            windows = _windows(_only_input(inference, SENSOR_INPUT, "FP32", binary), binary, model.card,
+                               settings.max_items)
+            metrics.request_items.labels("sensor").observe(len(windows))
+            rows, answered = await within_deadline(request, predictions.predict_windows(windows), timeout_s)
+            outputs = {"failure_probability": np.array([r["failure_probability"] for r in rows], np.float32),
+                       "alert": np.array([r["alert"] for r in rows], bool),
+                       "uncertainty": np.array([r["uncertainty"] for r in rows], np.float32)}
+        else:
+            smiles = _smiles(_only_input(inference, MOLECULE_INPUT, "BYTES", binary), binary, settings.max_items)
+            check_smiles(smiles, settings.max_smiles_length)
+            metrics.request_items.labels("molecule").observe(len(smiles))
+            rows, answered = await within_deadline(request, predictions.predict_smiles(smiles), timeout_s)
+            key = _molecule_key(answered)
+            outputs = {key: np.array([r.get(key, math.nan) for r in rows], np.float32),
+                       "uncertainty": np.array([r.get("uncertainty", math.nan) for r in rows], np.float32),
+                       "error": np.array([r.get("error", "") for r in rows], object)}
+        if version is not None and answered.version != version:
+            raise NotReady(f"{answered.name} changed to version {answered.version} while the request waited; retry")
+        return _answer(answered, inference.id, wanted, outputs)
+
+    for base in ("/models/{name}", "/models/{name}/versions/{version}"):
+        router.add_api_route(base, model_metadata, methods=["GET"], dependencies=guarded)
+        router.add_api_route(f"{base}/ready", model_ready, methods=["GET"], dependencies=guarded)
+        router.add_api_route(f"{base}/infer", infer, methods=["POST"], dependencies=guarded,
+                             response_class=Response)
+    return router
+
+
+def _molecule_key(model: LoadedModel) -> str:
+    return "value" if model.card["task"] == "regression" else "probability"
+
+
+def _output_types(model: LoadedModel) -> dict[str, str]:
+    if model.family == "sensor":
+        return {"failure_probability": "FP32", "alert": "BOOL", "uncertainty": "FP32"}
+    return {_molecule_key(model): "FP32", "uncertainty": "FP32", "error": "BYTES"}
+
+
+def _metadata(model: LoadedModel) -> dict:
+    if model.family == "sensor":
+        inputs = [{"name": SENSOR_INPUT, "datatype": "FP32",
+                   "shape": [-1, int(model.card["window"]), len(model.card["channels"])]}]
+    else:
+        inputs = [{"name": MOLECULE_INPUT, "datatype": "BYTES", "shape": [-1]}]
+    outputs = [{"name": name, "datatype": datatype, "shape": [-1]} for name, datatype in _output_types(model).items()]
+    return {"name": model.name, "versions": [model.version], "platform": "onnxruntime", "inputs": inputs,
+            "outputs": outputs}
+
+
+def _read_request(body: bytes, headers) -> tuple[InferenceRequest, bytes]:
+    """The JSON inference request and the binary tensor data after it (empty when there is none)."""
+    encoding = headers.get("content-encoding", "identity")
+    if encoding != "identity":
+        raise ProtocolError(400, f"Content-Encoding {encoding} is not supported: send the body uncompressed")
+    declared = headers.get(HEADER_LENGTH)
+    length = len(body)
+    if declared is not None:
+        if not declared.isdigit() or int(declared) > len(body):
+            raise ProtocolError(400, f"{HEADER_LENGTH} {declared!r} is not a length within the {len(body)}-byte body")
+        length = int(declared)
+    try:
+        parsed = json.loads(body[:length])  # Python's parser: NaN, as tritonclient writes it, is a missing reading
+    except (ValueError, RecursionError) as error:
+        raise ProtocolError(400, f"the inference request is not valid JSON: {error}") from None
+    try:
+        return InferenceRequest.model_validate(parsed), body[length:]
+    except ValidationError as error:
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'request'}: {e['msg']}"
+                    for e in error.errors()[:MAX_ERRORS_SHOWN]]
+        raise ProtocolError(400, f"not an inference request: {'; '.join(problems)}") from None
+
+
+def _wanted_outputs(inference: InferenceRequest, types: dict[str, str]) -> list[tuple[str, str, bool]]:
+    """(name, datatype, as binary) of each output to send: those asked for, else all."""
+    default = inference.parameters.binary_data_output
+    asked = inference.outputs or [RequestOutput(name=name) for name in types]
+    unknown = [o.name for o in asked if o.name not in types]
+    if unknown:
+        raise ProtocolError(400, f"unknown output {unknown[0]!r}; this model has {', '.join(types)}")
+    return [(o.name, types[o.name], default if o.parameters.binary_data is None else o.parameters.binary_data)
+            for o in asked]
+
+
+def _only_input(inference: InferenceRequest, name: str, datatype: str, binary: bytes) -> RequestInput:
+    names = [tensor.name for tensor in inference.inputs]
+    if names != [name]:
+        raise ProtocolError(400, f"this model takes one input, {name!r} ({datatype}); "
+                                 f"got {', '.join(map(repr, names))}")
+    tensor = inference.inputs[0]
+    if tensor.datatype != datatype:
+        raise ProtocolError(400, f"input {name!r} must be {datatype}, not {tensor.datatype}")
+    size = tensor.parameters.binary_data_size
+    if size is None and binary:
+        raise ProtocolError(400, f"{len(binary)} bytes follow the JSON but input {name!r} has no binary_data_size")
+    if size is None and tensor.data is None:
+        raise ProtocolError(400, f"input {name!r} has neither `data` nor the parameter binary_data_size")
+    if size is not None and size != len(binary):
+        raise ProtocolError(400, f"input {name!r} declares binary_data_size {size} but {len(binary)} bytes follow "
+                                 f"the JSON")
+    return tensor
+
+
+def _windows(tensor: RequestInput, binary: bytes, card: dict, max_items: int) -> np.ndarray:
+    """The FP32 tensor as (n, T, C) float32 windows, NaN for a missing reading (NaN in binary, null or NaN in
+    JSON); refuses another shape and infinite readings (or readings beyond float32)."""
+    channels, steps, shape = card["channels"], int(card["window"]), tensor.shape
+    if len(shape) != 3 or shape[0] < 1 or shape[1:] != [steps, len(channels)]:
+        raise ProtocolError(400, f"input {SENSOR_INPUT!r} has shape {shape}; this model needs [n, {steps}, "
+                                 f"{len(channels)}]: n windows of {steps} time steps of {', '.join(channels)}")
+    check_count(shape[0], max_items, "windows")
+    count = math.prod(shape)
+    if tensor.parameters.binary_data_size is not None:
+        if len(binary) != 4 * count:
+            raise ProtocolError(400, f"input {SENSOR_INPUT!r} of shape {shape} needs {4 * count} bytes of FP32, "
+                                     f"got {len(binary)}")
+        array = np.frombuffer(binary, "<f4").reshape(shape)
+    else:
+        values = _flat(tensor.data, len(shape), lambda v: v is None or type(v) in (int, float),
+                       "numbers (null or NaN for a missing reading)")
+        if len(values) != count:
+            raise ProtocolError(400, f"input {SENSOR_INPUT!r} has {len(values)} values; shape {shape} needs {count}")
+        try:
+            with np.errstate(over="ignore"):
+                array = np.array(values, np.float32).reshape(shape)  # None -> NaN
+        except OverflowError:  # an integer beyond any float
+            raise ProtocolError(400, f"input {SENSOR_INPUT!r} holds an integer beyond float32") from None
+    infinite = np.argwhere(np.isinf(array))
+    if len(infinite):
+        i, t, c = infinite[0]
+        raise ProtocolError(400, f"{SENSOR_INPUT}[{i}][{t}][{c}] ({channels[c]}) is not a finite float32 reading; "
+                                 f"send NaN (binary) or null (JSON) for a missing one")
+    return array
+
+
+def _smiles(tensor: RequestInput, binary: bytes, max_items: int) -> list[str]:
+    """The BYTES tensor of shape [n] or [n, 1] as n SMILES (UTF-8)."""
+    shape = tensor.shape
+    if not (len(shape) in (1, 2) and shape[0] >= 1 and shape[1:] in ([], [1])):
+        raise ProtocolError(400, f"input {MOLECULE_INPUT!r} has shape {shape}; this model needs [n] or [n, 1]")
+    check_count(shape[0], max_items, "SMILES")
+    if tensor.parameters.binary_data_size is not None:
+        items = [_utf8(item, i) for i, item in enumerate(_bytes_elements(binary, shape[0]))]
+    else:
+        items = _flat(tensor.data, len(shape), lambda v: type(v) is str, "strings")
+    if len(items) != shape[0]:
+        raise ProtocolError(400, f"input {MOLECULE_INPUT!r} has {len(items)} elements; shape {shape} needs {shape[0]}")
+    return items
+
+
+def _flat(data: Any, depth: int, valid: Callable[[Any], bool], what: str) -> list:
+    """JSON tensor data, flat or nested at most `depth` deep, as one row-major list of checked elements."""
+    out: list = []
+
+    def walk(items: Any, level: int) -> None:
+        if not isinstance(items, list) or level > depth:
+            raise ProtocolError(400, f"tensor data must be a list nested at most {depth} deep")
+        for item in items:
+            if isinstance(item, list):
+                walk(item, level + 1)
+            elif valid(item):
+                out.append(item)
+            else:
+                raise ProtocolError(400, f"tensor data holds {item!r}; this input's elements must be {what}")
+
+    walk(data, 1)
+    return out
+
+
+def _bytes_elements(raw: bytes, most: int) -> list[bytes]:
+    """Binary BYTES data: each element a 4-byte little-endian length and that many bytes."""
+    items, offset = [], 0
+    while offset < len(raw):
+        if offset + 4 > len(raw) or len(items) == most:
+            raise ProtocolError(400, f"the BYTES data does not hold exactly {most} length-prefixed elements")
+        (length,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + length > len(raw):
+            raise ProtocolError(400, f"BYTES element {len(items)} claims {length} bytes; "
+                                     f"only {len(raw) - offset} follow")
+        items.append(raw[offset:offset + length])
+        offset += length
+    return items
+
+
+def _utf8(item: bytes, index: int) -> str:
+    try:
+        return item.decode()
+    except UnicodeDecodeError:
+        raise ProtocolError(400, f"{MOLECULE_INPUT}[{index}] is not UTF-8 text") from None
+
+
+def _binary(array: np.ndarray, datatype: str) -> bytes:
+    if datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(e)) + e for e in (s.encode() for s in array.tolist()))
+    return np.ascontiguousarray(array, "<f4" if datatype == "FP32" else bool).tobytes()
+
+
+def _answer(model: LoadedModel, request_id: str | None, wanted: list[tuple[str, str, bool]],
+            outputs: dict[str, np.ndarray]) -> Response:
+    """The inference response: JSON (NaN written as null), with the binary outputs after it."""
+    described, chunks = [], []
+    for name, datatype, as_binary in wanted:
+        output = {"name": name, "datatype": datatype, "shape": list(outputs[name].shape)}
+        if as_binary:
+            chunks.append(_binary(outputs[name], datatype))
+            output["parameters"] = {"binary_data_size": len(chunks[-1])}
+        else:
+            output["data"] = outputs[name].tolist()
+        described.append(output)
+    body = {"model_name": model.name, "model_version": model.version, "outputs": described}
+    if request_id is not None:
+        body["id"] = request_id
+    header = orjson.dumps(body)
+    if not chunks:
+        return Response(header, media_type="application/json")
+    return Response(header + b"".join(chunks), media_type="application/octet-stream",
+                    headers={HEADER_LENGTH: str(len(header))})
