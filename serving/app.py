@@ -1,4 +1,5 @@
-"""The FastAPI app: health and readiness, model info, the two predict endpoints, reload, metrics, the page."""
+"""The FastAPI app: health and readiness, model info, the two predict endpoints, depiction, reload, metrics,
+the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ from pathlib import Path
 import orjson
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from contract.registry import RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
+from serving.admin import admin_router
 from serving.auth import api_key_check
 from serving.batching import BatcherClosed, MixedAnswer
 from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
-from serving.depict import molecule_svg
+from serving.depict import Depicter, DepictionBroken
+from serving.errors import BODY_ERRORS, error_responses
 from serving.featurizing import FeaturizerBroken
 from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
@@ -31,15 +35,18 @@ from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
 from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
-from serving.schemas import MoleculeRequest, MoleculeResponse, SensorRequest, SensorResponse
+from serving.schemas import (
+    ModelsAnswer, MoleculeRequest, MoleculeResponse, Readiness, SensorRequest, SensorResponse,
+)
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 
 log = logging.getLogger("serving")
 PAGE = Path(__file__).parent / "static" / "index.html"
+PAGE_LAYOUT_SLOT = '<script id="sensor-layout" type="application/json">null</script>'
 MAX_ERRORS_SHOWN = 5
 # Answered 503 with Retry-After: the work may succeed when sent again.
-RETRYABLE = (NotReady, BatcherClosed, FeaturizerBroken, MixedAnswer)
+RETRYABLE = (NotReady, BatcherClosed, FeaturizerBroken, MixedAnswer, DepictionBroken)
 CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; only the metrics see it
 
 
@@ -90,6 +97,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     store = store or build_store(settings)
     metrics = ServiceMetrics()
     predictions = Predictions(store, settings, metrics)
+    depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -115,6 +123,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         with contextlib.suppress(asyncio.CancelledError):
             await poller
         await predictions.stop()
+        await depicter.stop()
         restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
@@ -123,6 +132,9 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     app.state.predictions = predictions
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
+    if settings.cors_origins:  # outermost, so that refusals (413, 401) reach the allowed pages too
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type"])
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -160,29 +172,40 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         return JSONResponse({"detail": str(error)}, status_code=CLIENT_CLOSED)
 
     @app.get("/health", tags=["service"])
-    async def health() -> dict:
+    async def health() -> dict[str, str]:
         """The process is up (models may still be loading: see /ready)."""
         return {"status": "ok"}
 
-    @app.get("/ready", tags=["service"])
+    @app.get("/ready", tags=["service"], response_model=Readiness,
+             responses={503: {"model": Readiness, "description": "a model or the store is missing: see `problems`"}})
     async def ready() -> JSONResponse:
         """200 once both models are loaded, 503 before (with what is missing)."""
         body = {"ready": store.ready, "models": {f: m.version for f, m in store.models.items()},
                 "problems": store.problems}
         return JSONResponse(body, status_code=200 if store.ready else 503)
 
-    @app.get("/metrics", tags=["service"])
+    @app.get("/metrics", tags=["service"], response_class=Response,
+             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def prometheus() -> Response:
         """Prometheus text format."""
         return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
+    page_template = PAGE.read_text()
+
     @app.get("/", include_in_schema=False)
-    async def page() -> FileResponse:
-        return FileResponse(PAGE, media_type="text/html")
+    async def page() -> HTMLResponse:
+        """The page, with the sensor model's channels and window length embedded (its example window needs no
+        API key)."""
+        sensor = store.get("sensor")
+        layout = {"channels": sensor.card["channels"], "window": int(sensor.card["window"])} if sensor else None
+        embedded = orjson.dumps(layout).decode().replace("<", "\\u003c")  # no `</script>` inside the script
+        return HTMLResponse(page_template.replace(PAGE_LAYOUT_SLOT, PAGE_LAYOUT_SLOT.replace("null", embedded)))
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(settings.api_key))])
+    v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(settings.api_key))],
+                   responses=error_responses(401))
+    predict_errors = error_responses(*BODY_ERRORS, 503, 504)
 
-    @v1.get("/models", tags=["models"])
+    @v1.get("/models", tags=["models"], response_model=ModelsAnswer)
     async def models() -> dict:
         """Each loaded model: name, version, alias, provider, sha256, test metrics (and sensor input layout)."""
         return {"models": [m.describe() for m in store.models.values()], "problems": store.problems}
@@ -190,7 +213,8 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     sensor_body = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": SensorRequest.model_json_schema()}}}}
 
-    @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse, openapi_extra=sensor_body)
+    @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse, openapi_extra=sensor_body,
+             responses=predict_errors)
     async def predict_sensor(request: Request) -> Response:
         """Failure probability, alert flag and uncertainty per window (body: SensorRequest)."""
         body = _parse_json(await request.body(), request.headers.get("content-type", ""), SensorRequest)
@@ -200,7 +224,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
         return _answer(model, rows)
 
-    @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse)
+    @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, responses=predict_errors)
     async def predict_molecule(body: MoleculeRequest, request: Request) -> Response:
         """`value` (regression) or `probability` (classification) and `uncertainty` per SMILES, or its `error`
         (one that does not parse, or has more than SERVING_MAX_HEAVY_ATOMS heavy atoms)."""
@@ -212,19 +236,21 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
-            responses={200: {"content": {"image/svg+xml": {}}}})
-    async def depict(smiles: str = Query(...)) -> Response:
-        """The molecule drawn by RDKit, as SVG."""
+            responses={200: {"content": {"image/svg+xml": {"schema": {"type": "string"}}}},
+                       **error_responses(422, 503, 504)})
+    async def depict(request: Request, smiles: str = Query(...)) -> Response:
+        """The molecule drawn by RDKit, as SVG (422 for a SMILES that does not parse, or has more than
+        SERVING_MAX_HEAVY_ATOMS heavy atoms). Drawn in a separate process, SERVING_DEPICT_WORKERS at a time."""
         check_smiles([smiles], settings.max_smiles_length)
-        return Response(molecule_svg(smiles), media_type="image/svg+xml")
+        svg = await within_deadline(request, depicter.svg(smiles), settings.request_timeout_s)
+        return Response(svg, media_type="image/svg+xml")
 
-    @v1.post("/admin/reload", tags=["service"])
     async def reload() -> dict:
-        """Check the registry alias now and load any new version (the service also polls it)."""
         changes = await refresh()
         return {"changes": changes, "models": [m.describe() for m in store.models.values()],
                 "problems": store.problems}
 
     app.include_router(v1)
     app.include_router(protocol_router(settings, store, predictions, metrics))
+    app.include_router(admin_router(settings.admin_key, reload))
     return app

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from dataclasses import dataclass
@@ -31,11 +32,16 @@ class LoadedModel:
     predictor: SensorPredictor | MoleculePredictor
 
     def describe(self) -> dict:
+        """serving.schemas.ModelInfo's fields; `target` and `interval` only when the card has them."""
+        metrics = {k: v if math.isfinite(v) else None for k, v in self.card.get("test_metrics", {}).items()}
         info = {
             "family": self.family, "name": self.name, "version": self.version, "alias": self.alias,
             "provider": self.predictor.provider, "sha256": self.sha256, "task": self.card["task"],
-            "metrics": self.card.get("test_metrics", {}),
+            "target": self.card.get("target"), "metrics": metrics,
         }
+        calibration = self.card.get("calibration", {})
+        if "interval_z" in calibration and "nominal_coverage" in calibration:
+            info["interval"] = {"z": calibration["interval_z"], "coverage": calibration["nominal_coverage"]}
         if self.family == "sensor":
             info.update(channels=self.card["channels"], window=int(self.card["window"]),
                         threshold=float(self.card["threshold"]))

@@ -58,3 +58,47 @@ class SensorRequest(BaseModel):
 class MoleculeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     smiles: list[str] = Field(min_length=1, description="at most SERVING_MAX_ITEMS, each at most SERVING_MAX_SMILES_LENGTH characters")
+
+
+class Interval(BaseModel):
+    """What `value ± uncertainty` means for a regression model: value ± z * uncertainty covers `coverage`."""
+
+    z: float
+    coverage: float = Field(description="nominal share of true values inside value ± z * uncertainty, e.g. 0.95")
+
+
+class ModelInfo(BaseModel):
+    family: str
+    name: str
+    version: str
+    alias: str
+    provider: str = Field(description="the ONNX Runtime execution provider answering")
+    sha256: str = Field(description="of the served model.onnx, as signed in the version's manifest")
+    task: str = Field(description="regression or classification")
+    target: str | None = Field(None, description="what the model predicts (absent from older model cards)")
+    interval: Interval | None = Field(None, description="regression models calibrated for an interval")
+    metrics: dict[str, float | None] = Field(description="test metrics from the model card (null: undefined)")
+    channels: list[str] | None = Field(None, description="sensor: the channel order of a window's steps")
+    window: int | None = Field(None, description="sensor: time steps per window")
+    threshold: float | None = Field(None, description="sensor: the alert threshold on failure_probability")
+
+
+class ModelsAnswer(BaseModel):
+    models: list[ModelInfo]
+    problems: dict[str, str] = Field(description="per family (or `store`), why a version is not being served")
+
+
+class Readiness(BaseModel):
+    ready: bool
+    models: dict[str, str] = Field(description="family -> version being served")
+    problems: dict[str, str]
+
+
+class ReloadRequest(BaseModel):
+    """An empty JSON object: the route takes no options, but only a JSON body (no cross-site form post)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReloadAnswer(ModelsAnswer):
+    changes: dict[str, str] = Field(description="per family that changed or failed, what happened")

@@ -22,12 +22,18 @@ class ServingSettings(BaseSettings):
     verify_key: str | None = Field(None, description="the public key that registered versions must be signed with; "
                                    "default: the params file's tracking.signing_key with the suffix .pub")
     api_key: str | None = Field(None, description="when set, /v1/* needs `Authorization: Bearer <key>`")
+    admin_key: str | None = Field(None, description="/v1/admin/* needs `Authorization: Bearer <key>`; unset: they "
+                                  "answer 403")
+    cors_origins: list[str] = Field([], description="origins whose pages may call the API from a browser (JSON list, "
+                                    'e.g. ["https://ops.example.com"]); none by default')
     alias: str = Field("champion", description="registry alias served for both families")
     prefer_cuda: bool = True
     max_items: int = Field(256, ge=1, description="windows or SMILES per request")
     max_smiles_length: int = Field(500, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
-    max_heavy_atoms: int = Field(MAX_HEAVY_ATOMS, ge=1, description="a larger molecule gets its own error")
+    max_heavy_atoms: int = Field(MAX_HEAVY_ATOMS, ge=1, description="a larger molecule gets its own error (and is "
+                                 "not drawn)")
+    depict_workers: int = Field(1, ge=1, description="processes drawing molecules: at most this many drawings at once")
     request_timeout_s: float = Field(10.0, gt=0, description="a prediction not answered by then gets 504")
     batch_max_items: int = Field(512, ge=1, description="items per model call at most")
     batch_max_bytes: int = Field(2 * 2**20, ge=1, description="input bytes per model call at most (one item always)")

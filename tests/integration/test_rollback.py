@@ -22,6 +22,7 @@ from tests.integration.test_serving_registry import SENSOR_NAME, build_registry,
 pytestmark = pytest.mark.integration
 
 PROJECT = Path(__file__).resolve().parents[2]
+ADMIN_KEY = "rollback-admin-key"
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +34,12 @@ def registry(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def service(registry):
-    """The app as `python -m serving` builds it (params.yaml, MLFLOW_TRACKING_URI), polling every second."""
+    """The app as `python -m serving` builds it (params.yaml, MLFLOW_TRACKING_URI), polling every second, with
+    the admin routes enabled."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("MLFLOW_TRACKING_URI", registry.uri)
         settings = ServingSettings(params_file=str(PROJECT / "params.yaml"), verify_key=str(registry.verify_key),
-                                   poll_seconds=1.0, prefer_cuda=False)
+                                   poll_seconds=1.0, prefer_cuda=False, admin_key=ADMIN_KEY)
         with serve(create_app(settings)) as url:
             yield url
 
@@ -75,7 +77,8 @@ def test_rollback_moves_champion_and_the_service_answers_with_it_after_reload(re
     last = audit_trail(client, SENSOR_NAME)[-1]
     assert (last["alias"], last["from"], last["to"]) == ("champion", "2", "1")
     assert "make rollback" in last["by"] and last["why"] == "rollback from version 2"
-    reloaded = httpx.post(f"{service}/v1/admin/reload").json()
+    reloaded = httpx.post(f"{service}/v1/admin/reload", json={},
+                          headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
     assert {m["family"]: m["version"] for m in reloaded["models"]}["sensor"] == "1"
     assert served_version(service) == predict_version(service) == "1"
 

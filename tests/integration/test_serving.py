@@ -180,7 +180,7 @@ def test_api_key_guards_v1_only(store):
         assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
         assert guarded.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert guarded.post("/v1/molecule/predict", json={"smiles": ["C"]}).status_code == 401
-        assert guarded.post("/v1/admin/reload").status_code == 401
+        assert guarded.post("/v1/admin/reload", json={}, headers={"Authorization": "Bearer s3cret"}).status_code == 403
         ok = {"Authorization": "Bearer s3cret"}
         assert guarded.get("/v1/models", headers=ok).status_code == 200
         assert guarded.post("/v1/molecule/predict", json={"smiles": ["C"]}, headers=ok).status_code == 200

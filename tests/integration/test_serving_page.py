@@ -79,41 +79,85 @@ def chromium(profile: Path) -> Iterator[Browser]:
         process.wait(timeout=10)
 
 
+API_KEY = "page-key"
+
+
 @pytest.fixture(scope="module")
 def browser_and_url(tmp_path_factory):
+    """Chromium, the service without an API key, and the same service with one (the URL of each)."""
     registry = shared_registry(tmp_path_factory.getbasetemp())
     store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
                       prefer_cuda=False)
-    with serve(create_app(ServingSettings(poll_seconds=3600, prefer_cuda=False), store=store)) as url, \
+    settings = dict(poll_seconds=3600, prefer_cuda=False, featurize_workers=1)
+    with serve(create_app(ServingSettings(**settings), store=store)) as url, \
+            serve(create_app(ServingSettings(**settings, api_key=API_KEY), store=store)) as guarded_url, \
             chromium(tmp_path_factory.mktemp("chromium")) as browser:
-        yield browser, url
+        yield browser, url, guarded_url
 
 
-def test_page_predicts_a_molecule_and_draws_it(browser_and_url):
-    browser, url = browser_and_url
+def test_page_predicts_a_molecule_names_the_property_and_draws_it(browser_and_url):
+    browser, url, _ = browser_and_url
     browser.open(url + "/")
+    browser.wait_for("document.getElementById('models').innerText.includes('molecule')")  # model info loaded
     browser.evaluate("document.getElementById('smiles').value = 'c1ccccc1O\\nnot a molecule'")
     browser.evaluate("document.getElementById('predict-molecule').click()")
     browser.wait_for("document.querySelectorAll('#molecule-table img.molecule').length === 1 && "
                      "document.querySelector('#molecule-table img.molecule').complete && "
                      "document.querySelector('#molecule-table img.molecule').naturalWidth > 0")
     table = browser.evaluate("document.getElementById('molecule-table').innerText")
-    assert f"{MOLECULE_NAME} version 1" in table and "value" in table and "c1ccccc1O" in table
+    assert f"{MOLECULE_NAME} version 1: solubility" in table and "solubility" in table.split("c1ccccc1O")[1]
     assert browser.evaluate("document.querySelectorAll('#molecule-table .error').length") == 1
+    # the tests' card has no interval calibration: the spread is said to be one standard deviation
+    assert "1 standard deviation" in browser.evaluate("document.getElementById('uncertainty-meaning').innerText")
 
 
-def test_page_plots_a_sensor_window_with_its_failure_probability(browser_and_url):
-    browser, url = browser_and_url
+def test_page_says_what_the_interval_covers(browser_and_url):
+    browser, url, _ = browser_and_url
+    browser.open(url + "/")
+    model = "{task: 'regression', interval: {z: 1.96, coverage: 0.95}}"
+    assert browser.evaluate(f"uncertaintyMeaning({model})").startswith("± 95 % interval (value ± 1.96 × uncertainty")
+    assert browser.evaluate(f"halfWidth({model}, 0.5)") == pytest.approx(0.98)
+
+
+def test_page_plots_a_sensor_window_with_axes_and_its_failure_probability(browser_and_url):
+    browser, url, _ = browser_and_url
     browser.open(url + "/")
     browser.wait_for("document.getElementById('window').value.split('\\n').length === 17")  # header + 16 steps
     browser.evaluate("document.getElementById('predict-sensor').click()")
     text = browser.wait_for("document.getElementById('sensor-probability')?.innerText")
     assert "failure probability" in text and f"{SENSOR_NAME} version 2" in text
     assert browser.evaluate("document.querySelectorAll('#plot path.channel').length") == 3
+    titles = browser.evaluate("[...document.querySelectorAll('#plot .axis-title')].map(t => t.textContent)")
+    assert titles == ["time step", "reading"]
+    ticks = browser.evaluate("[...document.querySelectorAll('#plot .tick')].map(t => t.textContent)")
+    assert {"0", "15"} <= set(ticks)
+
+
+@pytest.mark.parametrize("window", ["a,b,c\\n1,2,high", "1,2,3\\n4,5,6"], ids=["not a number", "too short"])
+def test_a_rejected_window_is_not_drawn(browser_and_url, window):
+    browser, url, _ = browser_and_url
+    browser.open(url + "/")
+    browser.wait_for("document.getElementById('window').value.length > 0")
+    browser.evaluate("document.getElementById('predict-sensor').click()")  # the example is drawn first
+    browser.wait_for("document.getElementById('sensor-probability') !== null")
+    browser.evaluate(f"document.getElementById('window').value = '{window}'")
+    browser.evaluate("document.getElementById('predict-sensor').click()")
+    message = browser.wait_for("document.querySelector('#sensor-result .error')?.innerText")
+    assert "not a number" in message or "time steps" in message
+    assert browser.evaluate("document.querySelectorAll('#plot path').length") == 0
+    assert "NaN" not in browser.evaluate("document.getElementById('plot').innerHTML")
+
+
+def test_with_an_api_key_the_example_window_needs_no_key(browser_and_url):
+    browser, _, guarded_url = browser_and_url
+    browser.open(guarded_url + "/")  # another origin than the open service's: no key stored for it
+    browser.wait_for("document.getElementById('models').innerText.includes('401')")  # no key entered
+    lines = browser.evaluate("document.getElementById('window').value").split("\n")
+    assert lines[0] == "vibration,temperature,pressure" and len(lines) == 17
 
 
 def test_api_docs_render_offline(browser_and_url):
-    browser, url = browser_and_url
+    browser, url, _ = browser_and_url
     browser.open(url + "/docs")
     browser.wait_for("document.querySelectorAll('.opblock').length > 0")
     assert browser.evaluate("document.body.innerText").count("/v1/sensor/predict") >= 1
