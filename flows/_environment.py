@@ -23,6 +23,9 @@ _DEFAULTS = {
     "PREFECT_HOME": str(workspace() / ".prefect"),
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     "PREFECT_SERVER_ALLOW_EPHEMERAL_MODE": "true",
+    # A stage run alone (no PREFECT_API_URL) starts a temporary Prefect server; Prefect waits 20 s for it,
+    # which a busy machine can exceed.
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
     "MLFLOW_DISABLE_TELEMETRY": "true",
     "DVC_NO_ANALYTICS": "1",
     "DO_NOT_TRACK": "1",

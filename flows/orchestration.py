@@ -14,8 +14,10 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from tabulate import tabulate
 
+from flows.dvc import repro as dvc_repro
 from flows.dvc import run_dvc
 from flows.lineage import dvc_md5
+from flows.locking import pipeline_lock
 from flows.params import DEFAULT_PARAMS, Params, ParamsError, load_params, with_overrides, write_overrides
 from flows.paths import MOLECULE, SENSOR
 from flows.pipeline import SUMMARY_HEADERS, summary_rows
@@ -66,9 +68,11 @@ def apply_parameters(overrides: dict[str, Any]) -> None:
 
 @compute_task(name="dvc-repro", task_run_name="dvc repro {arguments}")
 def repro(arguments: str) -> None:
-    """`dvc repro`, its output in the task's log. Not retried: a stage that failed fails the same way again
+    """`dvc repro` under the pipeline lock, its output in the task's log; a failed stage's previous outputs are
+    restored. Not retried: a stage that failed fails the same way again
     (bad input, a bug), and DVC already resumes after the stages that completed."""
-    run_dvc("repro", *arguments.split(), log=get_run_logger().info)
+    with pipeline_lock():
+        dvc_repro(*arguments.split(), log=get_run_logger().info)
 
 
 @io_task(name="dvc-push")

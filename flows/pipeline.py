@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 
 import typer
 from tabulate import tabulate
 
-from flows.dvc import DvcError, run_dvc
+from flows.dvc import DvcError, repro, run_dvc
+from flows.locking import PipelineBusyError, pipeline_lock
 from flows.paths import MOLECULE, SENSOR
 from flows.server import prefect_server
 
@@ -24,9 +26,9 @@ SHOWN = {"sensor": ["pr_auc", "roc_auc", "recall_at_p90", "f2", "brier", "ece"],
 SUMMARY_HEADERS = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
 
 
-def _dvc(*args: str, env: dict[str, str]) -> None:
+def _dvc(command: Callable[..., None], *args: str, env: dict[str, str]) -> None:
     try:
-        run_dvc(*args, env=env)
+        command(*args, env=env)
     except DvcError as error:
         typer.secho(str(error), fg="red", err=True)
         raise typer.Exit(1) from None
@@ -64,14 +66,22 @@ def summary() -> None:
 
 @app.command()
 def run() -> None:
-    """`dvc repro` (every stage a Prefect flow run), `dvc push` to the default remote, then the summary."""
+    """`dvc repro` (every stage a Prefect flow run), `dvc push` to the default remote, then the summary.
+
+    One run at a time per workspace (flows/locking.py); a failed stage's previous outputs are restored.
+    """
     env = dict(os.environ)
-    if env.get("PREFECT_API_URL"):
-        _dvc("repro", env=env)
-    else:
-        with prefect_server() as url:
-            _dvc("repro", env={**env, "PREFECT_API_URL": url})
-    _dvc("push", "--quiet", env=env)
+    try:
+        with pipeline_lock():
+            if env.get("PREFECT_API_URL"):
+                _dvc(repro, env=env)
+            else:
+                with prefect_server() as url:
+                    _dvc(repro, env={**env, "PREFECT_API_URL": url})
+            _dvc(run_dvc, "push", "--quiet", env=env)
+    except PipelineBusyError as error:
+        typer.secho(f"error: {error}", fg="red", err=True)
+        raise typer.Exit(3) from None
     summary()
 
 

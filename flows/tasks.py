@@ -17,6 +17,7 @@ from prefect import Flow, task
 from prefect.cache_policies import NO_CACHE
 
 from data.errors import DataValidationError
+from flows.locking import hold_for_stage
 from flows.params import ParamsError, load_params
 from flows.runners import task_runner
 
@@ -98,6 +99,7 @@ def stage_cli(flow: Flow) -> None:
     """
 
     def main(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
+        hold_for_stage()
         _quiet_bad_input_tracebacks()
         try:
             runner = task_runner(load_params(params).orchestration)

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import mlflow
-from mlflow.entities import Run
+import psutil
+from mlflow import MlflowClient
+from mlflow.entities import Run, RunStatus
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 
@@ -74,14 +78,66 @@ def stage_run(
     params: dict[str, Any],
     datasets: dict[str, Path] | None = None,
 ) -> Iterator[mlflow.ActiveRun]:
-    """An MLflow run named `<family>.<stage>` with params, the git commit and dataset lineage tags."""
-    with mlflow.start_run(experiment_id=experiment_id(cfg, family), run_name=f"{family}.{stage}") as run:
+    """An MLflow run named `<family>.<stage>` with params, the git commit and dataset lineage tags.
+
+    It starts when the stage's flow run started (so its duration covers the work before this call) and
+    carries its owner process (`owner_tags`); runs left RUNNING by a killed stage are marked FAILED first.
+    """
+    experiment = experiment_id(cfg, family)
+    fail_orphaned_runs(MlflowClient())
+    flow_run = FlowRunContext.get()
+    start_ms = int(flow_run.start_time.timestamp() * 1000) if flow_run is not None else None
+    created = MlflowClient().create_run(experiment, start_time=start_ms, run_name=f"{family}.{stage}",
+                                        tags=owner_tags())
+    with mlflow.start_run(run_id=created.info.run_id) as run:
         mlflow.set_tags({"family": family, "stage": stage, "git_commit": git_commit()})
         for name, path in (datasets or {}).items():
             mlflow.set_tags(dataset_tags(name, path))
         mlflow.log_params({k: str(v)[:6000] for k, v in flatten("", params).items()})
         yield run
     publish_run_artifact(cfg, family, stage, run.info.run_id)
+
+
+def _process_started(pid: int) -> float:
+    """When process `pid` started (seconds since the epoch), as the OS reports it."""
+    return psutil.Process(pid).create_time()
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags naming the process that owns a run: host, pid and the process's start time (a pid can be reused)."""
+    return {"owner.host": socket.gethostname(), "owner.pid": str(os.getpid()),
+            "owner.started": f"{_process_started(os.getpid()):.2f}"}
+
+
+def _owner_alive(tags: dict[str, str]) -> bool:
+    """Whether the process named by `owner_tags` still runs (on this host)."""
+    try:
+        return abs(_process_started(int(tags["owner.pid"])) - float(tags["owner.started"])) < 1
+    except psutil.NoSuchProcess:
+        return False
+    except (KeyError, ValueError, psutil.Error):
+        return True  # no usable owner tags, or a process we may not inspect: leave the run alone
+
+
+def fail_orphaned_runs(client: MlflowClient) -> list[str]:
+    """Mark as FAILED every RUNNING run owned by a process of this host that is gone (a stage killed mid-run),
+    and its RUNNING child runs, each tagged `killed: process <pid> on <host> is gone`. Returns their ids."""
+    host = socket.gethostname()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    running = f"attributes.status = 'RUNNING' and tags.`owner.host` = '{host}'"
+    failed = []
+    for run in client.search_runs(experiments, filter_string=running, max_results=1000) if experiments else []:
+        if _owner_alive(run.data.tags):
+            continue
+        reason = f"process {run.data.tags['owner.pid']} on {host} is gone"
+        children = client.search_runs(
+            [run.info.experiment_id], max_results=1000,
+            filter_string=f"attributes.status = 'RUNNING' and tags.`mlflow.parentRunId` = '{run.info.run_id}'")
+        for orphan in [*children, run]:
+            client.set_tag(orphan.info.run_id, "killed", reason)
+            client.set_terminated(orphan.info.run_id, RunStatus.to_string(RunStatus.FAILED))
+            failed.append(orphan.info.run_id)
+    return failed
 
 
 def run_link(cfg: TrackingConfig, run: Run) -> str:

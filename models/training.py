@@ -5,7 +5,6 @@ data parallelism across torchrun processes (models/distributed.py)."""
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +15,7 @@ from tqdm.auto import tqdm
 
 from models.device import autocast
 from models.distributed import DistributedContext
+from models.serialization import load_state, save_state
 
 
 @dataclass
@@ -26,13 +26,6 @@ class TrainResult:
     best_score: float = float("-inf")
     best_epoch: int = -1
     resumed_from: int | None = None  # the last completed epoch found in the checkpoint, if any
-
-
-def _save_atomic(state: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
 
 
 def _rng_state(device: torch.device) -> dict:
@@ -77,6 +70,8 @@ def train(
     When it exists with the same `checkpoint_key` (describe the data and settings there), training
     resumes after its last epoch and ends as an uninterrupted run would, provided batches(epoch)
     depends only on the epoch (seed it from the epoch). A checkpoint with another key is ignored.
+    A checkpoint that holds Python objects besides tensors and plain data is refused, never loaded
+    (models/serialization.py: UnsafeFileError, delete it to train from scratch).
 
     distributed: train data-parallel inside a torchrun process group (pass its device as `device`).
     Every rank must get the same global batches from batches(epoch); each runs loss_step on its own
@@ -97,7 +92,7 @@ def train(
     stale, start, stopped = 0, 0, False
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.exists():
-        state = torch.load(checkpoint, map_location="cpu", weights_only=False)
+        state = load_state(checkpoint, "delete it to train from scratch")
         if state.get("key") == checkpoint_key:
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
@@ -146,11 +141,11 @@ def train(
         progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
         stopped = patience is not None and stale > patience
         if checkpoint is not None and main:
-            _save_atomic({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
-                          "optimiser": optimiser.state_dict(), "rng": _rng_state(device),
-                          "history": result.history, "best_score": result.best_score,
-                          "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
-                          "stopped": stopped}, checkpoint)
+            save_state({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
+                        "optimiser": optimiser.state_dict(), "rng": _rng_state(device),
+                        "history": result.history, "best_score": result.best_score,
+                        "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
+                        "stopped": stopped}, checkpoint)
         if checkpoint is not None and distributed is not None:
             distributed.barrier()
     if best_state is not None:

@@ -1,11 +1,11 @@
-"""What molecule stages hand each other on disk: prepared splits, the tokenizer and the fine-tuned ensemble."""
+"""What molecule stages hand each other on disk: prepared splits, the tokenizer, the pretrained model and the
+fine-tuned ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from data.errors import DataValidationError
 from data.molecules.prepare import PreparedMolecules, load_prepared
@@ -15,6 +15,7 @@ from flows.tasks import compute_task, io_task
 from models.molecule.config import MoleculeModelConfig
 from models.molecule.network import MoleculeNet
 from models.molecule.training import Molecules, build_model
+from models.serialization import load_state, save_state
 
 
 @io_task(name="load-prepared-molecules")
@@ -35,17 +36,21 @@ def featurize(smiles: list[str], tokenizer: SmilesTokenizer) -> Molecules:
     return Molecules.from_smiles(smiles, tokenizer)
 
 
+def load_pretrained(path: Path) -> dict:
+    """The pretraining stage's output: weights under "state" (None: pretraining was disabled), "model", "tokenizer"."""
+    return load_state(path, "re-create it with `dvc repro molecule_pretrain`")
+
+
 def save_ensemble(path: Path, members: list[MoleculeNet], model_cfg: MoleculeModelConfig, task: str,
                   target_mean: float, target_std: float, histories: list[list[dict]], tokenizer: SmilesTokenizer) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"model": model_cfg.model_dump(), "task": task, "target_mean": target_mean, "target_std": target_std,
+    save_state({"model": model_cfg.model_dump(), "task": task, "target_mean": target_mean, "target_std": target_std,
                 "tokenizer": tokenizer.to_dict(), "members": [m.state_dict() for m in members],
                 "histories": histories}, path)
 
 
 def load_ensemble(path: Path) -> tuple[list[MoleculeNet], dict]:
     """Members in eval mode and the raw checkpoint (task, target_mean, target_std, tokenizer, ...)."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_state(path, "re-create it with `dvc repro molecule_finetune`")
     cfg = MoleculeModelConfig(**state["model"])
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     members = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import mlflow
 import numpy as np
-import torch
 from prefect import flow
 
 from flows import plots
-from flows.molecule.artifacts import featurize, load_molecules, save_ensemble, targets, tokenizer_of
+from flows.molecule.artifacts import (featurize, load_molecules, load_pretrained, save_ensemble, targets,
+                                      tokenizer_of)
 from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.tasks import compute_task, stage_cli
@@ -38,7 +38,7 @@ def molecule_finetune(params_file: str = "params.yaml") -> None:
     mean, std = (float(train_y.mean()), float(train_y.std()) or 1.0) if task == "regression" else (0.0, 1.0)
     pretrained_state = None
     if cfg.finetune.use_pretrained:
-        pretrained = torch.load(MOLECULE.pretrained, map_location="cpu", weights_only=False)
+        pretrained = load_pretrained(MOLECULE.pretrained)
         pretrained_state = pretrained.get("state")
         sizes = lambda model: {k: v for k, v in model.items() if k != "modalities"}  # noqa: E731 (same weights)
         if pretrained_state is not None and (sizes(pretrained["model"]) != sizes(cfg.model.model_dump())

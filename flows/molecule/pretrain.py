@@ -7,7 +7,6 @@ from pathlib import Path
 
 import mlflow
 import pandas as pd
-import torch
 from prefect import flow
 
 from data.errors import DataValidationError
@@ -19,6 +18,7 @@ from flows.tasks import compute_task, io_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device
 from models.molecule.training import pretrain_model
+from models.serialization import save_state
 
 
 @io_task(name="load-extra-smiles")
@@ -61,7 +61,7 @@ def molecule_pretrain(params_file: str = "params.yaml") -> None:
     logged = {"model": cfg.model.model_dump(), "pretrain": cfg.pretrain.model_dump(mode="json")}
     with stage_run(params.tracking, "molecule", "pretrain", logged, {"molecule": MOLECULE.prepared}):
         if not cfg.pretrain.enabled:
-            torch.save({"state": None}, MOLECULE.pretrained)
+            save_state({"state": None}, MOLECULE.pretrained)
             print("molecule pretraining disabled")
             return
         prepared = load_molecules()
@@ -76,7 +76,7 @@ def molecule_pretrain(params_file: str = "params.yaml") -> None:
                                  cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
-        torch.save({"state": model.state_dict(), "model": cfg.model.model_dump(), "tokenizer": tokenizer.to_dict(),
+        save_state({"state": model.state_dict(), "model": cfg.model.model_dump(), "tokenizer": tokenizer.to_dict(),
                     "history": result.history}, MOLECULE.pretrained)
         print(f"molecule encoders pretrained on {len(smiles)} molecules; final loss {result.history[-1]['train_loss']:.4f}")
 

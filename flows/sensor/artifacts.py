@@ -1,10 +1,9 @@
-"""What sensor stages hand each other on disk: prepared windows and the fine-tuned ensemble."""
+"""What sensor stages hand each other on disk: prepared windows, the pretrained encoder and the fine-tuned
+ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import torch
 
 from data.sensors.featurize import WindowFeaturizer
 from data.sensors.prepare import PreparedSensorData, load_prepared
@@ -12,6 +11,7 @@ from flows.paths import SENSOR
 from flows.tasks import io_task
 from models.sensor.config import SensorModelConfig
 from models.sensor.network import SensorClassifier
+from models.serialization import load_state, save_state
 
 
 @io_task(name="load-prepared-windows")
@@ -19,10 +19,14 @@ def load_windows() -> PreparedSensorData:
     return load_prepared(SENSOR.prepared)
 
 
+def load_encoder(path: Path) -> dict | None:
+    """The pretrained encoder's weights (None: pretraining was disabled)."""
+    return load_state(path, "re-create it with `dvc repro sensor_pretrain`")["encoder"]
+
+
 def save_ensemble(path: Path, members: list[SensorClassifier], model_cfg: SensorModelConfig,
                   featurizer: WindowFeaturizer, histories: list[list[dict]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
+    save_state(
         {
             "model": model_cfg.model_dump(),
             "in_channels": 2 * len(featurizer.channels),
@@ -36,7 +40,7 @@ def save_ensemble(path: Path, members: list[SensorClassifier], model_cfg: Sensor
 
 def load_ensemble(path: Path) -> tuple[list[SensorClassifier], WindowFeaturizer, dict]:
     """Members in eval mode, the fitted featurizer, and the raw checkpoint."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_state(path, "re-create it with `dvc repro sensor_finetune`")
     cfg = SensorModelConfig(**state["model"])
     members = []
     for weights in state["members"]:

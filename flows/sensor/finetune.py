@@ -25,7 +25,7 @@ from data.sensors.featurize import WindowFeaturizer
 from flows import plots
 from flows.params import Params, load_params
 from flows.paths import SENSOR
-from flows.sensor.artifacts import load_windows, save_ensemble
+from flows.sensor.artifacts import load_encoder, load_windows, save_ensemble
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device
@@ -53,7 +53,7 @@ def load_inputs(use_pretrained: bool, in_flow: bool = True) -> FinetuneInputs:
     featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
     encoder_state = None
     if use_pretrained:
-        encoder_state = torch.load(SENSOR.pretrained, map_location="cpu", weights_only=False)["encoder"]
+        encoder_state = load_encoder(SENSOR.pretrained)
     return FinetuneInputs(featurizer.transform(train.X), train.y, featurizer.transform(val.X), val.y, featurizer,
                           encoder_state)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import mlflow
 import numpy as np
-import torch
 from prefect import flow
 
 from data.sensors.featurize import WindowFeaturizer
@@ -16,6 +15,7 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device
 from models.sensor.training import pretrain_encoder
+from models.serialization import save_state
 
 
 @compute_task(name="self-supervised-pretraining")
@@ -32,7 +32,7 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
     logged = {"model": cfg.model.model_dump(), "pretrain": cfg.pretrain.model_dump()}
     with stage_run(params.tracking, "sensor", "pretrain", logged, {"sensor": SENSOR.prepared}):
         if not cfg.pretrain.enabled:
-            torch.save({"encoder": None}, SENSOR.pretrained)
+            save_state({"encoder": None}, SENSOR.pretrained)
             print("sensor pretraining disabled")
             return
         prepared = load_windows()
@@ -41,7 +41,7 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
         encoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
-        torch.save({"encoder": encoder.state_dict(), "model": cfg.model.model_dump(), "history": result.history},
+        save_state({"encoder": encoder.state_dict(), "model": cfg.model.model_dump(), "history": result.history},
                    SENSOR.pretrained)
         mlflow.log_artifact(str(SENSOR.pretrained))
         print(f"sensor encoder pretrained on {len(unlabelled)} windows; final loss {result.history[-1]['train_loss']:.4f}")

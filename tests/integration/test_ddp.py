@@ -46,7 +46,7 @@ def test_two_torchrun_processes_follow_the_single_process_loss_curve(tmp_path):
         rows = json.loads((tmp_path / f"rows{rank}.json").read_text())
         assert rows == [32] * (4 * FINETUNE.epochs)
 
-    weights = [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(2)]
+    weights = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in range(2)]
     for name, tensor in weights[0].items():
         assert torch.equal(tensor, weights[1][name]), name
-    assert torch.load(tmp_path / "member.pt", weights_only=False)["history"] == history
+    assert torch.load(tmp_path / "member.pt", weights_only=True)["history"] == history

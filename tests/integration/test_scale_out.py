@@ -58,7 +58,7 @@ def test_finetune_stage_trains_data_parallel_under_torchrun(workspace):
     experiment = client.get_experiment_by_name("sensor").experiment_id
     runs = client.search_runs([experiment], "tags.stage = 'finetune'")
     assert [r.data.tags["processes"] for r in runs] == ["2"]  # rank 0 alone logs
-    saved = torch.load(workspace / "artifacts" / "sensor" / "finetuned.pt", map_location="cpu", weights_only=False)
+    saved = torch.load(workspace / "artifacts" / "sensor" / "finetuned.pt", map_location="cpu", weights_only=True)
     assert len(saved["members"]) == TINY["sensor"]["finetune"]["ensemble_size"]
     assert all(len(history) >= 1 for history in saved["histories"])
     assert not (workspace / "artifacts" / "sensor" / "checkpoints").exists()
