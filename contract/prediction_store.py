@@ -115,6 +115,12 @@ def _stored(moment: datetime.datetime) -> datetime.datetime:
     return moment.astimezone(datetime.timezone.utc)
 
 
+def task_of(family: str, output: Mapping) -> str:
+    """`classification` or `regression`, from a prediction's family and stored output: the sensor detector
+    and a molecule model answering `probability` are classifiers."""
+    return "classification" if family == "sensor" or "probability" in output else "regression"
+
+
 def insert_predictions(engine: Engine, rows: Sequence[Mapping]) -> None:
     """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction."""
     if rows:

@@ -1,4 +1,5 @@
-"""The FastAPI app: health and readiness, model info, the two predict endpoints, reload, metrics, the page."""
+"""The FastAPI app: health and readiness, model info, the two predict endpoints, feedback, reload, metrics, the
+page."""
 
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ from serving.batching import BatcherClosed, MixedAnswer
 from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
 from serving.depict import molecule_svg
 from serving.featurizing import FeaturizerBroken
+from serving.feedback import feedback_router
 from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
 from serving.predict import NotReady, Predictions
+from serving.prediction_log import PredictionLog
 from serving.schemas import MoleculeRequest, MoleculeResponse, SensorRequest, SensorResponse
 from serving.settings import ServingSettings
 from serving.store import ModelStore
@@ -89,6 +92,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     store = store or build_store(settings)
     metrics = ServiceMetrics()
     predictions = Predictions(store, settings, metrics)
+    prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -108,12 +112,14 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def lifespan(_: FastAPI):
         restore_signals = _close_on_signals(predictions.close)
         await predictions.start()
+        prediction_log.start()
         poller = asyncio.create_task(poll())
         yield
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
         await predictions.stop()
+        await asyncio.to_thread(prediction_log.stop, settings.shutdown_timeout_s)
         restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
@@ -197,6 +203,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
         metrics.request_items.labels("sensor").observe(len(windows))
         rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
+        prediction_log.record_windows(windows, rows, model, body.units, body.times)
         return _answer(model, rows)
 
     @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse)
@@ -208,6 +215,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         predictions.model_of("molecule")
         metrics.request_items.labels("molecule").observe(len(body.smiles))
         rows, model = await within_deadline(request, predictions.predict_smiles(body.smiles), settings.request_timeout_s)
+        prediction_log.record_smiles(rows, model)
         return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
@@ -224,5 +232,6 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         return {"changes": changes, "models": [m.describe() for m in store.models.values()],
                 "problems": store.problems}
 
+    v1.include_router(feedback_router(prediction_log, settings.max_items))
     app.include_router(v1)
     return app
