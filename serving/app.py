@@ -126,6 +126,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
                          description="Champion models from the MLflow registry on ONNX Runtime. See docs/serving.md.")
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.predictions = predictions
+    app.state.prediction_log = prediction_log
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
 
