@@ -211,11 +211,10 @@ def read_outcomes(engine: Engine, family: str | None = None,
 def prune(engine: Engine, older_than: datetime.datetime, max_rows: int) -> int:
     """Delete the predictions made before `older_than` and the oldest beyond the newest `max_rows`, with their
     outcomes. Returns how many predictions were deleted."""
-    stale = predictions.c.created_at < _stored(older_than)
+    doomed = predictions.c.created_at < _stored(older_than)
     with engine.begin() as connection:
         if connection.execute(select(func.count()).select_from(predictions)).scalar_one() > max_rows:
-            newest_dropped = connection.execute(select(predictions.c.created_at).order_by(
-                predictions.c.created_at.desc()).offset(max_rows).limit(1)).scalar_one()
-            stale = stale | (predictions.c.created_at <= newest_dropped)
-        connection.execute(delete(outcomes).where(outcomes.c.prediction_id.in_(select(predictions.c.id).where(stale))))
-        return connection.execute(delete(predictions).where(stale)).rowcount
+            newest_first = predictions.c.created_at.desc(), predictions.c.id.desc()
+            doomed = doomed | predictions.c.id.in_(select(predictions.c.id).order_by(*newest_first).offset(max_rows))
+        connection.execute(delete(outcomes).where(outcomes.c.prediction_id.in_(select(predictions.c.id).where(doomed))))
+        return connection.execute(delete(predictions).where(doomed)).rowcount
