@@ -6,8 +6,10 @@ Tables (one row per item, not per request):
 - `predictions`: id (the `prediction_id` a response carries), created_at (UTC), family, model_name,
   model_version, role (`champion`, `challenger` when a canary answered, `shadow` when logged only), request_id
   (pairs a shadow row with the answered one), unit and time (sensor windows, optional), input_digest (sha256 of
-  the item), input_summary (JSON: sensor per-channel mean/std/min/max and missing share; molecule: canonical SMILES,
-  descriptors, nearest-neighbour Tanimoto similarity to the training set), output (JSON: the answered fields).
+  the item: a window's float32 (T, C) bytes, a SMILES' UTF-8 as sent), input_summary (JSON: sensor
+  {"channels": names, "mean", "std", "min", "max", "missing": one value per channel, null for a channel without
+  readings}; molecule {"canonical_smiles"}, later also descriptors and the nearest-neighbour Tanimoto similarity to
+  the training set), output (JSON: the answered fields, without the id and SMILES).
 - `outcomes`: prediction_id, family, observed (label 0/1 or value), received_at (UTC).
 
 Both sides find the store the same way (`resolve_url`): SERVING_PREDICTION_STORE when set, else DEFAULT_URL, a
@@ -22,6 +24,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import orjson
 from sqlalchemy import (JSON, Column, DateTime, Float, Index, MetaData, String, Table, create_engine, delete, event,
                         func, select, tuple_)
 from sqlalchemy.dialects import postgresql, sqlite
@@ -71,17 +74,23 @@ def resolve_url(root: Path, url: str | None = None) -> str:
     return url
 
 
+def _json(value) -> str:
+    return orjson.dumps(value).decode()
+
+
 def engine_for(url: str) -> Engine:
     """An engine on the store at `url`, connecting on first use. SQLite runs in WAL mode (readers and the one
-    writer do not block each other) and waits SQLITE_BUSY_TIMEOUT_S for a lock. Raises sqlalchemy's
+    writer do not block each other; commits are not synced to disk one by one) and waits SQLITE_BUSY_TIMEOUT_S
+    for a lock. Raises sqlalchemy's
     ArgumentError or NoSuchModuleError for a URL it cannot use."""
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+        return create_engine(url, pool_pre_ping=True, json_serializer=_json)
+    engine = create_engine(url, json_serializer=_json, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
 
     @event.listens_for(engine, "connect")
     def _wal(connection, _) -> None:
         connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; a power cut may lose the last rows
 
     return engine
 

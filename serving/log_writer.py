@@ -1,5 +1,7 @@
 """The prediction store's writer: a bounded queue that never blocks the caller, and one background thread that
-builds the rows, inserts them in batches and prunes the store now and then.
+builds the rows, inserts them in batches and prunes the store now and then. A batch is written when it holds
+BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes), so one transaction carries
+many predictions.
 
 A full queue drops the new rows; a store that cannot be written drops the batch; both are counted by reason
 (`serving_prediction_log_dropped_rows_total`) and each kind of store failure is logged once until the store is
@@ -13,7 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from sqlalchemy.engine import Engine
@@ -23,28 +25,32 @@ from serving.metrics import ServiceMetrics
 
 log = logging.getLogger("serving")
 BATCH_ROWS = 500  # rows per INSERT transaction at most
+LINGER_S = 0.5  # how long the first queued row waits for others to share its transaction
 
 
 class Record(Protocol):
-    """The rows of one answered request, built in the writer thread."""
+    """One answered request, whose rows are built in the writer thread; its length is its number of rows."""
 
     def __len__(self) -> int: ...
 
-    def rows(self) -> Sequence[dict]: ...
+
+RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> their rows
 
 
 class StoreWriter:
-    """Hold records of at most `capacity_rows` rows in all (queued or being written); write them to `engine` from a thread; every
-    `prune_every_s` (first right after the first write) delete predictions older than `retention_days` and the
+    """Hold records of at most `capacity_rows` rows in all (queued or being written); write their rows (made by
+    `build_rows`) to `engine` from a thread; every `prune_every_s` (first right after the first write) delete predictions older than `retention_days` and the
     oldest beyond `max_rows`. The store's tables are created by the first write, not before."""
 
-    def __init__(self, engine: Engine, *, capacity_rows: int, retention_days: float, max_rows: int,
+    def __init__(self, engine: Engine, build_rows: RowBuilder, *, capacity_rows: int, retention_days: float, max_rows: int,
                  prune_every_s: float, metrics: ServiceMetrics):
-        self.engine, self.capacity_rows = engine, capacity_rows
+        self.engine, self.build_rows, self.capacity_rows = engine, build_rows, capacity_rows
         self.retention = datetime.timedelta(days=retention_days)
         self.max_rows, self.prune_every_s, self.metrics = max_rows, prune_every_s, metrics
         self._queue: deque[Record] = deque()
         self._queued_rows = 0
+        self._first_queued_at = 0.0  # when the oldest record in the queue came
+        self._hurry = False  # a flush is waiting: write without lingering
         self._accepted = self._finished = 0  # records taken by submit / written or dropped by the thread
         self._condition = threading.Condition()
         self._closing = False
@@ -59,10 +65,14 @@ class StoreWriter:
             refused = "shutdown" if self._closing else "queue_full" if (
                 self._queued_rows + len(record) > self.capacity_rows) else None
             if refused is None:
+                if not self._queue:
+                    self._first_queued_at = time.monotonic()
+                    self._condition.notify()
                 self._queue.append(record)
                 self._queued_rows += len(record)
                 self._accepted += 1
-                self._condition.notify()
+                if self._queued_rows >= BATCH_ROWS:
+                    self._condition.notify()
         if refused is not None:
             self.metrics.log_dropped_rows.labels(refused).inc(len(record))
         return refused is None
@@ -71,6 +81,8 @@ class StoreWriter:
         """Wait until the records submitted so far are written (or dropped); False if `timeout_s` passed first."""
         with self._condition:
             target = self._accepted
+            self._hurry = True
+            self._condition.notify()
             return self._condition.wait_for(lambda: self._finished >= target, timeout=timeout_s)
 
     def ensure_tables(self) -> None:
@@ -100,15 +112,14 @@ class StoreWriter:
         next_prune = time.monotonic()  # due at once, but only once the store exists: the first write creates it
         while True:
             with self._condition:
-                while not self._queue and not self._closing:
-                    wait_s = next_prune - time.monotonic() if self._tables_ready else None
-                    if wait_s is not None and wait_s <= 0:
-                        break
+                while (wait_s := self._wait_s(next_prune)) is None or wait_s > 0:
                     self._condition.wait(timeout=wait_s)
                 batch, rows = [], 0
                 while self._queue and (not batch or rows + len(self._queue[0]) <= BATCH_ROWS):
                     batch.append(self._queue.popleft())
                     rows += len(batch[-1])
+                self._first_queued_at = time.monotonic()
+                self._hurry = self._hurry and bool(self._queue)
                 done = self._closing and not self._queue
             if batch:
                 self._write(batch)
@@ -122,11 +133,22 @@ class StoreWriter:
                 self._prune()
                 next_prune = time.monotonic() + self.prune_every_s
 
+    def _wait_s(self, next_prune: float) -> float | None:
+        """How long the thread may still sleep (None: until woken; <= 0: work now). Called under the lock."""
+        now = time.monotonic()
+        if self._closing or (self._queue and (self._hurry or self._queued_rows >= BATCH_ROWS)):
+            return 0.0
+        prune_in = next_prune - now if self._tables_ready else None
+        if not self._queue:
+            return prune_in
+        write_in = self._first_queued_at + LINGER_S - now
+        return write_in if prune_in is None else min(write_in, prune_in)
+
     def _write(self, batch: list[Record]) -> None:
         count = sum(len(record) for record in batch)
         try:
             self.ensure_tables()
-            insert_predictions(self.engine, [row for record in batch for row in record.rows()])
+            insert_predictions(self.engine, self.build_rows(batch))
         except Exception as error:  # any store or driver error: the rows are lost, the service goes on
             self.metrics.log_dropped_rows.labels("store_error").inc(count)
             self._failed("cannot write to the prediction store, dropping rows", error)

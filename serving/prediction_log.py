@@ -3,8 +3,9 @@ the prediction store (contract.prediction_store) through the background writer (
 
 On the request path only the ids are made and the request's record queued; digests and summaries are computed
 in the writer thread. A row holds the model (name, version, alias as role), the request id, the sensor unit and
-time when given, the sha256 of the input item, its summary (sensor: per channel mean, std, min, max and missing
-share over the window's steps; molecule: the standardised canonical SMILES the model saw) and the answer.
+time when given, the sha256 of the input item, its summary (sensor: the channel names and, per channel, mean, std,
+min, max and missing share over the window's steps; molecule: the standardised canonical SMILES the model saw)
+and the answer.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ log = logging.getLogger("serving")
 PRUNE_EVERY_S = 600.0
 NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles")  # answer fields that are not the model's output
 SUMMARY_DIGITS = 6
+SUMMARY_STATS = ("mean", "std", "min", "max", "missing")
 
 
 class PredictionStoreError(RuntimeError):
@@ -40,26 +42,32 @@ def _new_ids(count: int) -> list[str]:
     return [uuid.uuid4().hex for _ in range(count)]
 
 
-def _compact(value: float) -> float | None:
-    """`value` to SUMMARY_DIGITS significant digits; None for NaN (JSON has none)."""
-    return float(f"{value:.{SUMMARY_DIGITS}g}") if np.isfinite(value) else None
+def _significant(values: np.ndarray) -> np.ndarray:
+    """`values` rounded to SUMMARY_DIGITS significant digits, so that JSON writes them short (NaN stays NaN)."""
+    magnitude = np.log10(np.abs(values), out=np.zeros_like(values), where=np.isfinite(values) & (values != 0))
+    shift = SUMMARY_DIGITS - 1 - np.floor(magnitude)
+    scale = 10.0 ** np.abs(shift)  # exact for the exponents sensor readings reach
+    return np.where(shift >= 0, np.round(values * scale) / scale, np.round(values / scale) * scale)
 
 
 def window_summaries(windows: np.ndarray, channels: Sequence[str]) -> list[dict]:
-    """Per window (n, T, C), NaN for missing readings: {channel: {mean, std, min, max, missing}} over its T steps;
-    the statistics of a channel with no reading are None, `missing` is the share of steps without one."""
-    values = windows.astype(np.float64)
-    missing = np.isnan(values)
-    present = (~missing).sum(axis=1)  # (n, C)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(missing, 0.0, values).sum(axis=1) / present
-        std = np.sqrt(np.where(missing, 0.0, (values - mean[:, None, :]) ** 2).sum(axis=1) / present)
-    low = np.where(missing, np.inf, values).min(axis=1)
-    high = np.where(missing, -np.inf, values).max(axis=1)
-    share = missing.mean(axis=1)
-    return [{name: {"mean": _compact(mean[i, c]), "std": _compact(std[i, c]), "min": _compact(low[i, c]),
-                    "max": _compact(high[i, c]), "missing": _compact(share[i, c])}
-             for c, name in enumerate(channels)} for i in range(len(windows))]
+    """Per window (n, T, C), NaN for missing readings: {"channels": names, "mean", "std", "min", "max": one value
+    per channel over the T steps (None for a channel with no reading), "missing": each channel's share of steps
+    without a reading}."""
+    missing = np.isnan(windows)
+    readings = np.where(missing, 0.0, windows)
+    absent = missing.sum(axis=1)  # (n, C)
+    present = windows.shape[1] - absent
+    total, squares = readings.sum(axis=1, dtype=np.float64), (readings * readings).sum(axis=1, dtype=np.float64)
+    mean = np.divide(total, present, out=np.full(total.shape, np.nan), where=present > 0)
+    variance = np.divide(squares, present, out=np.full(total.shape, np.nan), where=present > 0) - mean * mean
+    stats = np.stack([mean, np.sqrt(np.maximum(variance, 0.0)), np.fmin.reduce(windows, axis=1),
+                      np.fmax.reduce(windows, axis=1), absent / windows.shape[1]])  # (5, n, C)
+    by_stat = [[[None if value != value else value for value in window] for window in stat]
+               for stat in _significant(stats).tolist()]
+    names = list(channels)
+    return [{"channels": names, **{stat: values[i] for stat, values in zip(SUMMARY_STATS, by_stat)}}
+            for i in range(len(windows))]
 
 
 @dataclass(frozen=True)
@@ -95,8 +103,8 @@ class WindowsRecord:
     def __len__(self) -> int:
         return len(self.answers)
 
-    def rows(self) -> list[dict]:
-        summaries = window_summaries(self.windows, self.channels)
+    def rows(self, summaries: Sequence[dict]) -> list[dict]:
+        """The rows, given each window's summary."""
         return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.astype("<f4").tobytes()).hexdigest(),
                                   summary, answer, None if self.units is None else self.units[i],
                                   None if self.times is None else self.times[i])
@@ -119,6 +127,23 @@ class MoleculesRecord:
                 for answer in self.answers]
 
 
+def rows_of(records: Sequence[WindowsRecord | MoleculesRecord]) -> list[dict]:
+    """The rows of a batch of records, in order. The windows of all records with one layout (channels, steps) are
+    summarised together: numpy's cost per call would otherwise dominate one-window requests."""
+    layouts: dict[tuple, list[WindowsRecord]] = {}
+    for record in records:
+        if isinstance(record, WindowsRecord):
+            layouts.setdefault((tuple(record.channels), record.windows.shape[1:]), []).append(record)
+    summaries: dict[int, list[dict]] = {}
+    for (channels, _), group in layouts.items():
+        together = window_summaries(np.concatenate([record.windows for record in group]), channels)
+        start = 0
+        for record in group:
+            summaries[id(record)], start = together[start:start + len(record)], start + len(record)
+    return [row for record in records
+            for row in (record.rows(summaries[id(record)]) if isinstance(record, WindowsRecord) else record.rows())]
+
+
 class PredictionLog:
     """Gives answers their ids and queues their rows; `start`/`stop` belong to the app's lifespan. With
     `writer` None (SERVING_PREDICTION_LOG=false) answers get no ids and nothing is written."""
@@ -137,7 +162,7 @@ class PredictionLog:
         except (ArgumentError, NoSuchModuleError) as error:
             raise PredictionStoreError(f"SERVING_PREDICTION_STORE is not a usable database URL: {error}") from None
         log.info("prediction log: writing to %s", engine.url.render_as_string(hide_password=True))
-        return cls(StoreWriter(engine, capacity_rows=settings.prediction_queue_rows,
+        return cls(StoreWriter(engine, rows_of, capacity_rows=settings.prediction_queue_rows,
                                retention_days=settings.prediction_retention_days,
                                max_rows=settings.prediction_max_rows, prune_every_s=PRUNE_EVERY_S, metrics=metrics))
 

@@ -77,13 +77,14 @@ def test_every_answer_has_its_own_id_and_its_row_in_the_store(client, store_url,
         assert row["output"] == {k: v for k, v in answer.items() if k != "prediction_id"}
         as_sent = np.array(window_json(window), dtype=np.float32)  # (T, C)
         assert row["input_digest"] == hashlib.sha256(as_sent.tobytes()).hexdigest()
-        for c, channel in enumerate(CHANNELS):
+        summary = row["input_summary"]
+        assert summary["channels"] == CHANNELS
+        for c in range(len(CHANNELS)):
             readings = as_sent[:, c][~np.isnan(as_sent[:, c])].astype(np.float64)
-            summary = row["input_summary"][channel]
-            assert summary["mean"] == pytest.approx(readings.mean(), rel=1e-5)
-            assert summary["std"] == pytest.approx(readings.std(), rel=1e-5)
-            assert (summary["min"], summary["max"]) == pytest.approx((readings.min(), readings.max()), rel=1e-5)
-    assert rows[answered[1]["prediction_id"]]["input_summary"][CHANNELS[2]]["missing"] == pytest.approx(4 / 16)
+            assert summary["mean"][c] == pytest.approx(readings.mean(), rel=1e-5)
+            assert summary["std"][c] == pytest.approx(readings.std(), rel=1e-5)
+            assert (summary["min"][c], summary["max"][c]) == pytest.approx((readings.min(), readings.max()), rel=1e-5)
+    assert rows[answered[1]["prediction_id"]]["input_summary"]["missing"] == [0.0, 0.0, 4 / 16]
     assert len({rows[p["prediction_id"]]["request_id"] for p in answered}) == 1
 
     logged = rows[ethanol["prediction_id"]]

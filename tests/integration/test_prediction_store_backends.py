@@ -60,8 +60,9 @@ def test_the_service_logs_feedback_lands_and_the_readers_return_both(store, stor
     engine = connect(store_url)
     rows = {row["id"]: row for row in read_predictions(engine)}
     assert set(rows) == {p["prediction_id"] for p in (first, second, ethanol, phenol)}
-    assert rows[second["prediction_id"]]["input_summary"][CHANNELS[0]] == {
-        "mean": None, "std": None, "min": None, "max": None, "missing": 1.0}
+    summary = rows[second["prediction_id"]]["input_summary"]
+    assert summary["channels"] == CHANNELS and summary["missing"][0] == 1.0
+    assert [summary[stat][0] for stat in ("mean", "std", "min", "max")] == [None] * 4
     assert rows[first["prediction_id"]]["unit"] == "pump-1" and rows[first["prediction_id"]]["observed"] is None
     assert rows[second["prediction_id"]]["observed"] == 1.0
     assert rows[ethanol["prediction_id"]]["observed"] == -1.25

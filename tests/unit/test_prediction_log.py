@@ -4,6 +4,7 @@ queue drops and counts instead of blocking, an unwritable store warns once, prun
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
 import sqlite3
 import threading
@@ -16,7 +17,8 @@ from contract.prediction_store import (connect, engine_for, find_unit_times, ins
                                        read_predictions, record_outcomes, resolve_url, utc_now)
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
-from serving.prediction_log import window_summaries
+from serving.prediction_log import MoleculesRecord, WindowsRecord, _Answered, window_summaries
+from serving.prediction_log import rows_of as rows_of_records
 
 
 def prediction(key: str, age_days: float = 0.0, unit: str | None = None, time_: float | None = None) -> dict:
@@ -39,6 +41,10 @@ class Rows:
         return [prediction(key) for key in self.keys]
 
 
+def rows_of(batch: list[Rows]) -> list[dict]:
+    return [row for record in batch for row in record.rows()]
+
+
 def dropped(metrics: ServiceMetrics, reason: str) -> float:
     return metrics.registry.get_sample_value("serving_prediction_log_dropped_rows_total", {"reason": reason}) or 0.0
 
@@ -54,8 +60,29 @@ def test_a_relative_sqlite_store_lies_beside_the_params_file(tmp_path, monkeypat
 def test_window_summaries_per_channel_with_missing_readings():
     windows = np.array([[[1.0, np.nan], [3.0, np.nan], [np.nan, np.nan], [2.0, np.nan]]], dtype=np.float32)  # (1, 4, 2)
     (summary,) = window_summaries(windows, ["speed", "heat"])
-    assert summary["speed"] == {"mean": 2.0, "std": pytest.approx(0.816497), "min": 1.0, "max": 3.0, "missing": 0.25}
-    assert summary["heat"] == {"mean": None, "std": None, "min": None, "max": None, "missing": 1.0}
+    assert summary == {"channels": ["speed", "heat"], "mean": [2.0, None], "std": [0.816497, None],
+                       "min": [1.0, None], "max": [3.0, None], "missing": [0.25, 1.0]}
+
+
+def test_a_batch_of_records_gets_each_window_its_own_summary_in_order():
+    answered = _Answered("sensor", "detector", "3", "champion", "r" * 32, utc_now())
+    rng = np.random.default_rng(0)
+
+    def windows_record(count: int, channels: list[str]) -> WindowsRecord:
+        answers = [{"prediction_id": f"{len(channels)}-{count}-{i}", "failure_probability": 0.5} for i in range(count)]
+        return WindowsRecord(answered, rng.normal(size=(count, 8, len(channels))).astype(np.float32), channels,
+                             answers, [f"u{i}" for i in range(count)], None)
+
+    batch = [windows_record(2, ["a", "b"]), MoleculesRecord(answered, [{"prediction_id": "m", "smiles": "OCC",
+             "canonical_smiles": "CCO", "value": 1.5}]), windows_record(1, ["x", "y", "z"]), windows_record(3, ["a", "b"])]
+    rows = rows_of_records(batch)
+    assert [row["id"] for row in rows] == ["2-2-0", "2-2-1", "m", "3-1-0", "2-3-0", "2-3-1", "2-3-2"]
+    windows = [w for record in (batch[0], batch[2], batch[3]) for w in record.windows]
+    for row, window in zip([r for r in rows if r["id"] != "m"], windows):
+        assert row["input_summary"] == window_summaries(window[None], row["input_summary"]["channels"])[0]
+        assert row["input_digest"] == hashlib.sha256(window.tobytes()).hexdigest()
+    assert rows[2]["input_summary"] == {"canonical_smiles": "CCO"} and rows[2]["output"] == {"value": 1.5}
+    assert rows[4]["unit"] == "u0" and rows[4]["time"] is None
 
 
 def test_outcomes_are_one_per_prediction_and_a_changed_one_replaces_it(tmp_path):
@@ -91,7 +118,7 @@ def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
     lock = sqlite3.connect(path, isolation_level=None)
     lock.execute("BEGIN EXCLUSIVE")
     metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(f"sqlite:///{path}"), capacity_rows=4, retention_days=30, max_rows=100,
+    writer = StoreWriter(engine_for(f"sqlite:///{path}"), rows_of, capacity_rows=4, retention_days=30, max_rows=100,
                          prune_every_s=3600, metrics=metrics)
     writer.start()
     accepted: list[bool] = []
@@ -113,7 +140,7 @@ def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
 def test_an_unwritable_store_warns_once_and_counts_the_drops(tmp_path, caplog):
     (tmp_path / "file").write_text("not a folder")
     metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'file' / 'p.db'}"), capacity_rows=100,
+    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'file' / 'p.db'}"), rows_of, capacity_rows=100,
                          retention_days=30, max_rows=100, prune_every_s=3600, metrics=metrics)
     writer.start()
     with caplog.at_level(logging.WARNING, logger="serving"):
@@ -130,7 +157,7 @@ def test_the_writer_prunes_the_store_to_its_limits(tmp_path):
     url = f"sqlite:///{tmp_path / 'p.db'}"
     insert_predictions(connect(url), [prediction(f"old{i}", age_days=10) for i in range(3)])
     metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(url), capacity_rows=100, retention_days=1, max_rows=4, prune_every_s=0.05,
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=1, max_rows=4, prune_every_s=0.05,
                          metrics=metrics)
     writer.start()
     for i in range(6):
@@ -148,7 +175,7 @@ def test_the_writer_prunes_the_store_to_its_limits(tmp_path):
 
 def test_records_submitted_after_stop_are_dropped_as_shutdown(tmp_path):
     metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'p.db'}"), capacity_rows=10, retention_days=1,
+    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'p.db'}"), rows_of, capacity_rows=10, retention_days=1,
                          max_rows=10, prune_every_s=3600, metrics=metrics)
     writer.start()
     assert writer.submit(Rows("kept"))
