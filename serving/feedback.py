@@ -101,7 +101,7 @@ def apply_feedback(engine, outcomes: list[Outcome]) -> FeedbackResponse:
     for outcome, ids in zip(outcomes, targets):
         if not ids:
             what = (f"no prediction with id {outcome.prediction_id!r}" if outcome.prediction_id is not None
-                    else f"no prediction for unit {outcome.unit!r} at time {outcome.time:g}")
+                    else f"no prediction for unit {outcome.unit!r} at time {outcome.time:.15g}")
             items.append(OutcomeAnswer(status="unknown", detail=f"{what} (never made, not logged, or older than "
                                                                  f"the retention limits)"))
             continue
