@@ -11,7 +11,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
 
 from contract.prediction_store import (connect, engine_for, find_unit_times, insert_predictions, prune, read_outcomes,
                                        read_predictions, record_outcomes, resolve_url, utc_now)
