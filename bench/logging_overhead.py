@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -155,7 +156,7 @@ def main() -> None:
                                         "(default: a SQLite file in a temp folder)")
     args = parser.parse_args()
     headers = {"Authorization": f"Bearer {os.environ['SERVING_API_KEY']}"} if os.environ.get("SERVING_API_KEY") else {}
-    scratch = tempfile.mkdtemp(prefix="logging-overhead-")
+    scratch = tempfile.mkdtemp(prefix="logging-overhead-")  # the stores written here, removed at the end
     store = args.store or f"sqlite:///{scratch}/predictions.db"
 
     runs: list[dict] = []
@@ -178,6 +179,7 @@ def main() -> None:
                     print(json.dumps(runs[-1]))
         counts = log_counts(on[0], headers)
         in_process = {model["family"]: log_cpu_ms(model, args.in_process, scratch) for model in info["models"]}
+    shutil.rmtree(scratch)
 
     summary = []
     for model in info["models"]:
