@@ -6,19 +6,34 @@ Tables (one row per item, not per request):
 - `predictions`: id (the `prediction_id` a response carries), created_at (UTC), family, model_name,
   model_version, role (`champion`, `challenger` when a canary answered, `shadow` when logged only), request_id
   (pairs a shadow row with the answered one), unit and time (sensor windows, optional), input_digest (sha256 of
-  the item), input_summary (JSON: sensor per-channel mean/std/min/max and missing share; molecule: canonical SMILES,
-  descriptors, nearest-neighbour Tanimoto similarity to the training set), output (JSON: the answered fields).
+  the item: a window's float32 (T, C) bytes, a SMILES' UTF-8 as sent), input_summary (JSON: sensor
+  {"channels": names, "mean", "std", "min", "max", "missing": one value per channel, null for a channel without
+  readings}; molecule {"canonical_smiles"}, later also descriptors and the nearest-neighbour Tanimoto similarity to
+  the training set), output (JSON: the answered fields, without the id and SMILES).
 - `outcomes`: prediction_id, family, observed (label 0/1 or value), received_at (UTC).
+
+Both sides find the store the same way (`resolve_url`): SERVING_PREDICTION_STORE when set, else DEFAULT_URL, a
+relative SQLite path made absolute under the params file's folder. The functions below are the only way either
+side reads or writes it.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
-from sqlalchemy import JSON, Column, DateTime, Float, Index, MetaData, String, Table, create_engine
+import orjson
+from sqlalchemy import (JSON, Column, DateTime, Float, Index, MetaData, String, Table, create_engine, delete, event,
+                        func, select, tuple_)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 DEFAULT_URL = "sqlite:///mlflow/predictions.db"
+URL_VARIABLE = "SERVING_PREDICTION_STORE"
+SQLITE = "sqlite:///"
+SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for another connection's lock before failing
 
 metadata = MetaData()
 
@@ -50,12 +65,165 @@ outcomes = Table(
 )
 
 
+def resolve_url(root: Path, url: str | None = None) -> str:
+    """`url`, else SERVING_PREDICTION_STORE, else DEFAULT_URL; a relative SQLite path is made absolute under
+    `root` (the params file's folder)."""
+    url = url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    if url.startswith(SQLITE) and not url[len(SQLITE):].startswith("/"):
+        url = SQLITE + str((root / url[len(SQLITE):]).resolve())
+    return url
+
+
+def _json(value) -> str:
+    return orjson.dumps(value).decode()
+
+
+def engine_for(url: str) -> Engine:
+    """An engine on the store at `url`, connecting on first use. SQLite runs in WAL mode (readers and the one
+    writer do not block each other; commits are not synced to disk one by one) and waits SQLITE_BUSY_TIMEOUT_S
+    for a lock. Raises sqlalchemy's
+    ArgumentError or NoSuchModuleError for a URL it cannot use."""
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True, json_serializer=_json)
+    engine = create_engine(url, json_serializer=_json, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+
+    @event.listens_for(engine, "connect")
+    def _wal(connection, _) -> None:
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=NORMAL")  # WAL stays consistent; a power cut may lose the last rows
+
+    return engine
+
+
+def create_tables(engine: Engine) -> None:
+    """The tables and indexes, when missing (a SQLite file's folder is created too)."""
+    database = engine.url.database
+    if engine.dialect.name == "sqlite" and database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    metadata.create_all(engine)
+
+
 def connect(url: str) -> Engine:
     """An engine on the store at `url`, its tables created when missing."""
-    engine = create_engine(url, future=True)
-    metadata.create_all(engine)
+    engine = engine_for(url)
+    create_tables(engine)
     return engine
 
 
 def utc_now() -> datetime.datetime:
     return datetime.datetime.now(datetime.timezone.utc)
+
+
+def _utc(moment: datetime.datetime) -> datetime.datetime:
+    """SQLite gives back naive datetimes (written in UTC); PostgreSQL aware ones."""
+    return moment.replace(tzinfo=datetime.timezone.utc) if moment.tzinfo is None else moment
+
+
+def _stored(moment: datetime.datetime) -> datetime.datetime:
+    """A bound for a comparison, in UTC (SQLite stores and compares the UTC time as text, without the zone)."""
+    return moment.astimezone(datetime.timezone.utc)
+
+
+def task_of(family: str, output: Mapping) -> str:
+    """`classification` or `regression`, from a prediction's family and stored output: the sensor detector
+    and a molecule model answering `probability` are classifiers."""
+    return "classification" if family == "sensor" or "probability" in output else "regression"
+
+
+def insert_predictions(engine: Engine, rows: Sequence[Mapping]) -> None:
+    """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction."""
+    if rows:
+        with engine.begin() as connection:
+            connection.execute(predictions.insert(), list(rows))
+
+
+def find_predictions(engine: Engine, ids: Iterable[str]) -> dict[str, dict]:
+    """{id: {family, output}} of the stored predictions among `ids`."""
+    query = select(predictions.c.id, predictions.c.family, predictions.c.output).where(predictions.c.id.in_(set(ids)))
+    with engine.connect() as connection:
+        return {row.id: {"family": row.family, "output": row.output} for row in connection.execute(query)}
+
+
+def find_unit_times(engine: Engine, pairs: Iterable[tuple[str, float]]) -> dict[tuple[str, float], list[str]]:
+    """{(unit, time): ids of the predictions for that unit at that time} for the pairs that have any."""
+    pairs = set(pairs)
+    found: dict[tuple[str, float], list[str]] = {}
+    if not pairs:
+        return found
+    query = (select(predictions.c.id, predictions.c.unit, predictions.c.time)
+             .where(tuple_(predictions.c.unit, predictions.c.time).in_(pairs)).order_by(predictions.c.created_at))
+    with engine.connect() as connection:
+        for row in connection.execute(query):
+            found.setdefault((row.unit, row.time), []).append(row.id)
+    return found
+
+
+def _upsert(engine: Engine):
+    dialects = {"sqlite": sqlite, "postgresql": postgresql}
+    if engine.dialect.name not in dialects:
+        raise NotImplementedError(f"the prediction store supports SQLite and PostgreSQL, not {engine.dialect.name}")
+    statement = dialects[engine.dialect.name].insert(outcomes)
+    return statement.on_conflict_do_update(index_elements=[outcomes.c.prediction_id], set_={
+        "observed": statement.excluded.observed, "received_at": statement.excluded.received_at})
+
+
+def record_outcomes(engine: Engine, observed: Mapping[str, tuple[str, float]]) -> dict[str, float | None]:
+    """Store {prediction id: (family, observed)} in one transaction, one row per prediction: an outcome sent
+    again is kept once, a different one replaces it. Returns each id's earlier observed value (None: none)."""
+    if not observed:
+        return {}
+    now = utc_now()
+    earlier = select(outcomes.c.prediction_id, outcomes.c.observed).where(outcomes.c.prediction_id.in_(set(observed)))
+    with engine.begin() as connection:
+        before = dict(connection.execute(earlier).tuples().all())
+        connection.execute(_upsert(engine), [{"prediction_id": key, "family": family, "observed": value,
+                                              "received_at": now} for key, (family, value) in observed.items()])
+    return {key: before.get(key) for key in observed}
+
+
+def read_predictions(engine: Engine, family: str | None = None, since: datetime.datetime | None = None,
+                     until: datetime.datetime | None = None) -> list[dict]:
+    """Predictions made in [since, until), oldest first, each with its outcome: the `predictions` columns plus
+    `observed` and `received_at` (None while no outcome came). Times are timezone-aware UTC."""
+    query = (select(predictions, outcomes.c.observed, outcomes.c.received_at)
+             .outerjoin(outcomes, outcomes.c.prediction_id == predictions.c.id)
+             .order_by(predictions.c.created_at, predictions.c.id))
+    if family is not None:
+        query = query.where(predictions.c.family == family)
+    if since is not None:
+        query = query.where(predictions.c.created_at >= _stored(since))
+    if until is not None:
+        query = query.where(predictions.c.created_at < _stored(until))
+    with engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)]
+    for row in rows:
+        row["created_at"] = _utc(row["created_at"])
+        row["received_at"] = row["received_at"] and _utc(row["received_at"])
+    return rows
+
+
+def read_outcomes(engine: Engine, family: str | None = None,
+                  since: datetime.datetime | None = None) -> list[dict]:
+    """Outcomes received since `since`, oldest first: prediction_id, family, observed, received_at (UTC)."""
+    query = select(outcomes).order_by(outcomes.c.received_at, outcomes.c.prediction_id)
+    if family is not None:
+        query = query.where(outcomes.c.family == family)
+    if since is not None:
+        query = query.where(outcomes.c.received_at >= _stored(since))
+    with engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)]
+    for row in rows:
+        row["received_at"] = _utc(row["received_at"])
+    return rows
+
+
+def prune(engine: Engine, older_than: datetime.datetime, max_rows: int) -> int:
+    """Delete the predictions made before `older_than` and the oldest beyond the newest `max_rows`, with their
+    outcomes. Returns how many predictions were deleted."""
+    doomed = predictions.c.created_at < _stored(older_than)
+    with engine.begin() as connection:
+        if connection.execute(select(func.count()).select_from(predictions)).scalar_one() > max_rows:
+            newest_first = predictions.c.created_at.desc(), predictions.c.id.desc()
+            doomed = doomed | predictions.c.id.in_(select(predictions.c.id).order_by(*newest_first).offset(max_rows))
+        connection.execute(delete(outcomes).where(outcomes.c.prediction_id.in_(select(predictions.c.id).where(doomed))))
+        return connection.execute(delete(predictions).where(doomed)).rowcount

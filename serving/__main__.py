@@ -11,6 +11,7 @@ import uvicorn
 from contract.manifest import ManifestError
 from contract.registry import RegistryStoreError
 from serving.app import create_app
+from serving.prediction_log import PredictionStoreError
 from serving.settings import ServingSettings
 
 
@@ -19,7 +20,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         app = create_app(settings)  # opens the store and the key: a missing or unreadable one stops here, in one line
-    except (RegistryStoreError, ManifestError) as error:
+    except (RegistryStoreError, ManifestError, PredictionStoreError) as error:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     # one process: this app; several: each worker builds its own from the same environment

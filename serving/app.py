@@ -1,5 +1,5 @@
-"""The FastAPI app: health and readiness, model info, the two predict endpoints, depiction, reload, metrics,
-the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
+"""The FastAPI app: health and readiness, model info, the two predict endpoints, feedback, depiction, reload,
+metrics, the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
 
 from __future__ import annotations
 
@@ -29,12 +29,14 @@ from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
 from serving.depict import Depicter, DepictionBroken
 from serving.errors import BODY_ERRORS, error_responses
 from serving.featurizing import FeaturizerBroken
+from serving.feedback import feedback_router
 from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
 from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
+from serving.prediction_log import PredictionLog
 from serving.schemas import (
     ModelsAnswer, MoleculeRequest, MoleculeResponse, Readiness, SensorRequest, SensorResponse,
 )
@@ -98,6 +100,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     metrics = ServiceMetrics()
     predictions = Predictions(store, settings, metrics)
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
+    prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -117,6 +120,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def lifespan(_: FastAPI):
         restore_signals = _close_on_signals(predictions.close)
         await predictions.start()
+        prediction_log.start()
         poller = asyncio.create_task(poll())
         yield
         poller.cancel()
@@ -124,12 +128,14 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
             await poller
         await predictions.stop()
         await depicter.stop()
+        await asyncio.to_thread(prediction_log.stop, settings.shutdown_timeout_s)
         restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
                          description="Champion models from the MLflow registry on ONNX Runtime. See docs/serving.md.")
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.predictions = predictions
+    app.state.prediction_log = prediction_log
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     if settings.cors_origins:  # outermost, so that refusals (413, 401) reach the allowed pages too
@@ -222,6 +228,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
         metrics.request_items.labels("sensor").observe(len(windows))
         rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
+        prediction_log.record_windows(windows, rows, model, body.units, body.times)
         return _answer(model, rows)
 
     @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, responses=predict_errors)
@@ -233,6 +240,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         predictions.model_of("molecule")
         metrics.request_items.labels("molecule").observe(len(body.smiles))
         rows, model = await within_deadline(request, predictions.predict_smiles(body.smiles), settings.request_timeout_s)
+        prediction_log.record_smiles(rows, model)
         return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
@@ -250,6 +258,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         return {"changes": changes, "models": [m.describe() for m in store.models.values()],
                 "problems": store.problems}
 
+    v1.include_router(feedback_router(prediction_log, settings.max_items))
     app.include_router(v1)
     app.include_router(protocol_router(settings, store, predictions, metrics))
     app.include_router(admin_router(settings.admin_key, reload))

@@ -11,7 +11,7 @@ SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class ServiceMetrics:
-    """Requests, latencies, request and micro-batch sizes, and the model version served."""
+    """Requests, latencies, request and micro-batch sizes, the model version served, and the prediction log."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -26,6 +26,15 @@ class ServiceMetrics:
                                      ["family"], buckets=SIZES, registry=self.registry)
         self.model_version = Gauge("serving_model_version", "registry version being served", ["family", "name"],
                                    registry=self.registry)
+        # the prediction log (serving.log_writer)
+        self.log_queue_rows = Gauge("serving_prediction_log_queue_rows", "prediction rows waiting or being written",
+                                    registry=self.registry)
+        self.log_written_rows = Counter("serving_prediction_log_written_rows", "prediction rows written to the store",
+                                        registry=self.registry)
+        self.log_dropped_rows = Counter("serving_prediction_log_dropped_rows", "prediction rows not written, by reason "
+                                        "(queue_full, store_error, shutdown)", ["reason"], registry=self.registry)
+        self.log_pruned_rows = Counter("serving_prediction_log_pruned_rows", "prediction rows deleted by retention "
+                                       "and size limits", registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -57,7 +57,8 @@ class Predictions:
         return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u in answers], model
 
     async def predict_smiles(self, smiles: Sequence[str]) -> tuple[list[dict], LoadedModel]:
-        """SMILES -> per SMILES `value` (regression) or `probability` and `uncertainty`, or its `error`."""
+        """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability` and `uncertainty`,
+        or its `error`."""
         model = self.model_of("molecule")
         featurized = await self.featurizer.featurize(smiles)
         graphs = [f for f in featurized if not isinstance(f, str)]
@@ -69,7 +70,8 @@ class Predictions:
                 rows.append({"smiles": item, "error": graph})
             else:
                 value, uncertainty = next(answered)
-                row = {"smiles": item, key: _number(value), "uncertainty": _number(uncertainty)}
+                row = {"smiles": item, "canonical_smiles": graph.smiles, key: _number(value),
+                       "uncertainty": _number(uncertainty)}
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # JSON has no NaN: a missing sensor reading is `null`; NaN/Infinity literals and overflowing numbers are refused,
 # and so are booleans and strings (strict). Readings beyond float32 are refused by serving.inputs.
 Reading = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
 Step = list[Reading]
 Window = list[Step]
+Unit = Annotated[str, Field(min_length=1, max_length=256)]
+Time = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class ModelRef(BaseModel):
@@ -22,6 +24,8 @@ class ModelRef(BaseModel):
 
 
 class SensorPrediction(BaseModel):
+    prediction_id: str | None = Field(None, description="this answer's id in the prediction log: send outcomes for it "
+                                      "to /v1/feedback (absent when SERVING_PREDICTION_LOG=false)")
     failure_probability: float
     alert: bool = Field(description="failure_probability >= the model's calibrated alert threshold")
     uncertainty: float = Field(description="standard deviation of the ensemble members' probabilities")
@@ -33,7 +37,10 @@ class SensorResponse(BaseModel):
 
 
 class MoleculePrediction(BaseModel):
+    prediction_id: str | None = Field(None, description="this answer's id in the prediction log: send outcomes for it "
+                                      "to /v1/feedback (absent for an `error`, and when SERVING_PREDICTION_LOG=false)")
     smiles: str
+    canonical_smiles: str | None = Field(None, description="the standardised canonical SMILES the model saw")
     value: float | None = Field(None, description="regression models: the predicted value")
     probability: float | None = Field(None, description="classification models: the predicted probability")
     uncertainty: float | None = Field(None, description="regression: scaled ensemble std; classification: ensemble std")
@@ -53,6 +60,18 @@ class SensorRequest(BaseModel):
                     "(`null` for a missing reading); exactly the model's `window` steps each, see /v1/models; "
                     "at most SERVING_MAX_ITEMS windows",
     )
+    units: list[Unit] | None = Field(None, description="optional: the machine each window comes from, one per window; "
+                                     "with `times`, outcomes can later be sent by unit and time to /v1/feedback")
+    times: list[Time] | None = Field(None, description="optional: each window's time (of its last step) on the unit's "
+                                     "own clock, a number such as a cycle count or Unix seconds, one per window")
+
+    @model_validator(mode="after")
+    def one_unit_and_time_per_window(self) -> "SensorRequest":
+        for name in ("units", "times"):
+            given = getattr(self, name)
+            if given is not None and len(given) != len(self.windows):
+                raise ValueError(f"`{name}` has {len(given)} entries for {len(self.windows)} windows: give one per window")
+        return self
 
 
 class MoleculeRequest(BaseModel):

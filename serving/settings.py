@@ -50,6 +50,14 @@ class ServingSettings(BaseSettings):
     intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime threads per model call (0: one per core)")
     shutdown_timeout_s: float = Field(3.0, gt=0, description="on SIGTERM/SIGINT, how long in-flight requests may finish")
     poll_seconds: float = Field(30.0, gt=0, description="how often the registry alias is checked for a new version")
+    prediction_log: bool = Field(True, description="give each answer a prediction_id, write it to the prediction "
+                                 "store and take feedback at /v1/feedback")
+    prediction_store: str | None = Field(None, description="SQLAlchemy URL of the prediction store (SQLite or "
+                                         "PostgreSQL); default: the contract's SQLite file beside the params file")
+    prediction_queue_rows: int = Field(10_000, ge=1, description="prediction rows waiting to be written at most; "
+                                       "more are dropped and counted")
+    prediction_retention_days: float = Field(90.0, gt=0, description="older predictions and their outcomes are deleted")
+    prediction_max_rows: int = Field(1_000_000, ge=1, description="the oldest predictions beyond this many are deleted")
 
     @model_validator(mode="after")
     def _share_the_cores(self) -> ServingSettings:

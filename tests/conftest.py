@@ -12,6 +12,8 @@ import pytest
 # Flows run in-process by tests keep their Prefect state out of the project's own .prefect/.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
 os.environ.pop("PREFECT_API_URL", None)
+# Services started by tests write their prediction log outside the project.
+os.environ["SERVING_PREDICTION_STORE"] = f"sqlite:///{tempfile.mkdtemp(prefix='prediction-store-')}/predictions.db"
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))

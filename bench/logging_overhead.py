@@ -1,0 +1,213 @@
+"""What the prediction log costs (not a test): throughput at 32 concurrent clients with the log on and off,
+side by side, for each loaded model family.
+
+    .venv/bin/python bench/logging_overhead.py                    # SQLite store in a temp folder
+    .venv/bin/python bench/logging_overhead.py --store postgresql://user@host/db --rounds 5
+
+Two services run at once on the project's registry, one with SERVING_PREDICTION_LOG=true (writing to
+`--store`, by default a fresh SQLite file, never the project's own store) and one with it false; the load goes to
+one at a time, alternating which comes first in each round, and each mode's median over the rounds is compared:
+throughput, and the CPU time the service (with its featurisation workers) spends per request. Then, apart from
+any HTTP load, the CPU time the log itself spends per prediction (request path and writer thread) is measured in
+this process, the figure a busy machine disturbs least.
+Sensor requests carry `units` and `times` as a fleet would send them. Results: bench/results/logging_overhead.json
+and .md, with the rows the logged service wrote and dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.serving import RESULTS, bodies, free_port, load  # noqa: E402
+from contract.prediction_store import engine_for  # noqa: E402
+from serving.loading import LoadedModel  # noqa: E402
+from serving.log_writer import StoreWriter  # noqa: E402
+from serving.metrics import ServiceMetrics  # noqa: E402
+from serving.prediction_log import PredictionLog, rows_of  # noqa: E402
+
+MODES = ("off", "on")
+GROUP = 50  # predictions per transaction in the in-process measurement: about half a second at 100 requests/s
+
+
+@contextlib.contextmanager
+def logged(enabled: bool, store: str) -> Iterator[tuple[str, psutil.Process]]:
+    """`python -m serving` with the prediction log on (writing to `store`) or off: its URL and process."""
+    port = free_port()
+    env = {**os.environ, "SERVING_PORT": str(port), "SERVING_PREDICTION_LOG": str(enabled).lower(),
+           "SERVING_PREDICTION_STORE": store}
+    process = subprocess.Popen([sys.executable, "-m", "serving"], cwd=ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/ready").status_code == 200:
+                    break
+            time.sleep(0.2)
+        yield url, psutil.Process(process.pid)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def cpu_seconds(process: psutil.Process) -> float:
+    """CPU time used so far by the service and its featurisation workers."""
+    total = 0.0
+    for each in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            times = each.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def fleet_bodies(model: dict) -> list[dict]:
+    """bench/serving.py's one-item bodies; sensor windows also name their unit and time."""
+    return [{**body, "units": [f"unit-{i % 8}"], "times": [float(i)]} if model["family"] == "sensor" else body
+            for i, body in enumerate(bodies(model))]
+
+
+def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
+    """CPU milliseconds the log spends per one-item prediction, measured in this process (request path and writer
+    thread, SQLite store), `count` predictions written GROUP per transaction."""
+    card = {"channels": model.get("channels")}
+    served = LoadedModel(model["family"], model["name"], model["version"], model["alias"], "", card, None)
+    writer = StoreWriter(engine_for(f"sqlite:///{scratch}/{model['family']}-cpu.db"), rows_of, capacity_rows=10 * GROUP,
+                         retention_days=1, max_rows=10 * count, prune_every_s=3600, metrics=ServiceMetrics())
+    log = PredictionLog(writer)
+    log.start()
+    payloads = bodies(model)
+    windows = [np.array(body["windows"], dtype=np.float32) for body in payloads] if model["family"] == "sensor" else []
+    start = time.process_time()
+    for i in range(count):
+        if model["family"] == "sensor":
+            answers = [{"failure_probability": 0.25, "alert": False, "uncertainty": 0.01}]
+            log.record_windows(windows[i % len(windows)], answers, served, [f"unit-{i % 8}"], [float(i)])
+        else:
+            smiles = payloads[i % len(payloads)]["smiles"][0]
+            log.record_smiles([{"smiles": smiles, "canonical_smiles": smiles, "value": 1.0, "uncertainty": 0.1}], served)
+        if (i + 1) % GROUP == 0:
+            writer.flush(timeout_s=60)
+    writer.flush(timeout_s=60)
+    used = time.process_time() - start
+    log.stop(timeout_s=30)
+    return 1000 * used / count
+
+
+def log_counts(url: str, headers: dict) -> dict:
+    """Rows the service wrote and dropped (by reason), from its /metrics."""
+    counts = {"written": 0.0}
+    for line in httpx.get(f"{url}/metrics", headers=headers).text.splitlines():
+        if line.startswith("serving_prediction_log_written_rows_total"):
+            counts["written"] = float(line.split()[-1])
+        elif line.startswith("serving_prediction_log_dropped_rows_total{"):
+            counts["dropped " + line.split('"')[1]] = float(line.split()[-1])
+    return counts
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# Prediction log overhead ({report['when']})", "",
+             f"{report['machine']}; {report['clients']} clients, one item per request, {report['seconds']} s per run, "
+             f"{report['rounds']} rounds alternating log off/on; store: {report['store']}; loopback.", "",
+             "| model | version | req/s log off | req/s log on | throughput cost | service CPU ms/request off | "
+             "on | CPU cost | p99 ms off | p99 ms on | req/s runs off | req/s runs on |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["summary"]:
+        lines.append(f"| {row['family']} | {row['version']} | {row['off_rps']} | {row['on_rps']} | {row['cost_percent']} % "
+                     f"| {row['off_cpu_ms']} | {row['on_cpu_ms']} | {row['cpu_cost_percent']} % | {row['off_p99_ms']} "
+                     f"| {row['on_p99_ms']} | {row['off_runs']} | {row['on_runs']} |")
+    lines += ["", "Measured in-process, apart from the HTTP load (request path and writer thread, SQLite, "
+              f"{GROUP} predictions per transaction):", "",
+              "| model | log CPU ms per prediction | share of the service's CPU per request (log off) |", "|---|---|---|"]
+    lines += [f"| {row['family']} | {row['log_cpu_ms_in_process']} | {row['log_cpu_share_percent']} % |"
+              for row in report["summary"]]
+    lines += ["", f"Rows the logged service wrote and dropped: {report['log_counts']}", "",
+              *[f"- {note}" for note in report["notes"]]]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each run")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per mode and family")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--in-process", type=int, default=2000,
+                        help="predictions logged in the in-process CPU measurement, per family")
+    parser.add_argument("--store", help="SQLAlchemy URL of the store the logged service writes "
+                                        "(default: a SQLite file in a temp folder)")
+    args = parser.parse_args()
+    headers = {"Authorization": f"Bearer {os.environ['SERVING_API_KEY']}"} if os.environ.get("SERVING_API_KEY") else {}
+    scratch = tempfile.mkdtemp(prefix="logging-overhead-")  # the stores written here, removed at the end
+    store = args.store or f"sqlite:///{scratch}/predictions.db"
+
+    runs: list[dict] = []
+    with logged(False, store) as off, logged(True, store) as on:
+        services = {"off": off, "on": on}
+        info = httpx.get(f"{on[0]}/v1/models", headers=headers).json()
+        notes = [f"{family}: not benchmarked, {problem}" for family, problem in info["problems"].items()]
+        for model in info["models"]:
+            payloads, path = fleet_bodies(model), f"/v1/{model['family']}/predict"
+            for url, _ in services.values():
+                asyncio.run(load(url, path, payloads, 2, 1.0, headers))  # warm-up
+            for round_ in range(args.rounds):
+                for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
+                    url, process = services[mode]
+                    before = cpu_seconds(process)
+                    result = asyncio.run(load(url, path, payloads, args.clients, args.seconds, headers))
+                    cpu_ms = 1000 * (cpu_seconds(process) - before) / max(result["requests"], 1)
+                    runs.append({"family": model["family"], "version": model["version"], "mode": mode,
+                                 "round": round_, **result, "service_cpu_ms_per_request": round(cpu_ms, 3)})
+                    print(json.dumps(runs[-1]))
+        counts = log_counts(on[0], headers)
+        in_process = {model["family"]: log_cpu_ms(model, args.in_process, scratch) for model in info["models"]}
+    shutil.rmtree(scratch)
+
+    summary = []
+    for model in info["models"]:
+        mine = {mode: [r for r in runs if r["family"] == model["family"] and r["mode"] == mode] for mode in MODES}
+        median = {key: {mode: statistics.median(r[key] for r in mine[mode]) for mode in MODES}
+                  for key in ("throughput_rps", "p99_ms", "service_cpu_ms_per_request")}
+        rps, cpu = median["throughput_rps"], median["service_cpu_ms_per_request"]
+        summary.append({"family": model["family"], "version": model["version"],
+                        "off_rps": round(rps["off"], 1), "on_rps": round(rps["on"], 1),
+                        "cost_percent": round(100 * (1 - rps["on"] / rps["off"]), 1),
+                        "off_cpu_ms": round(cpu["off"], 3), "on_cpu_ms": round(cpu["on"], 3),
+                        "cpu_cost_percent": round(100 * (cpu["on"] / cpu["off"] - 1), 1),
+                        "log_cpu_ms_in_process": round(in_process[model["family"]], 3),
+                        "log_cpu_share_percent": round(100 * in_process[model["family"]] / cpu["off"], 1),
+                        "off_p99_ms": median["p99_ms"]["off"], "on_p99_ms": median["p99_ms"]["on"],
+                        "off_runs": ", ".join(str(r["throughput_rps"]) for r in mine["off"]),
+                        "on_runs": ", ".join(str(r["throughput_rps"]) for r in mine["on"])})
+    shown_store = "SQLite in a temp folder" if args.store is None else store.split("://")[0]  # no credentials
+    report = {"when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rounds": args.rounds,
+              "clients": args.clients, "store": shown_store,
+              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "summary": summary, "log_counts": counts, "runs": runs,
+              "notes": notes + ["target: the log costs at most 10 % of throughput"]}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "logging_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / "logging_overhead.md").write_text(markdown(report))
+    print(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The prediction log: each answered window or molecule gets a `prediction_id`, and a row describing it goes to
+the prediction store (contract.prediction_store) through the background writer (serving.log_writer).
+
+On the request path only the ids are made and the request's record queued; digests and summaries are computed
+in the writer thread. A row holds the model (name, version, alias as role), the request id, the sensor unit and
+time when given, the sha256 of the input item, its summary (sensor: the channel names and, per channel, mean, std,
+min, max and missing share over the window's steps; molecule: the standardised canonical SMILES the model saw)
+and the answer.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+from contract.prediction_store import engine_for, resolve_url, utc_now
+from serving.loading import LoadedModel
+from serving.log_writer import StoreWriter
+from serving.metrics import ServiceMetrics
+from serving.settings import ServingSettings
+
+log = logging.getLogger("serving")
+PRUNE_EVERY_S = 600.0
+NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles")  # answer fields that are not the model's output
+SUMMARY_DIGITS = 6
+SUMMARY_STATS = ("mean", "std", "min", "max", "missing")
+
+
+class PredictionStoreError(RuntimeError):
+    """SERVING_PREDICTION_STORE is not a database URL this service can use."""
+
+
+def _new_ids(count: int) -> list[str]:
+    return [uuid.uuid4().hex for _ in range(count)]
+
+
+def _significant(values: np.ndarray) -> np.ndarray:
+    """`values` rounded to SUMMARY_DIGITS significant digits, so that JSON writes them short (NaN stays NaN)."""
+    magnitude = np.log10(np.abs(values), out=np.zeros_like(values), where=np.isfinite(values) & (values != 0))
+    shift = SUMMARY_DIGITS - 1 - np.floor(magnitude)
+    scale = 10.0 ** np.abs(shift)  # exact for the exponents sensor readings reach
+    return np.where(shift >= 0, np.round(values * scale) / scale, np.round(values / scale) * scale)
+
+
+def window_summaries(windows: np.ndarray, channels: Sequence[str]) -> list[dict]:
+    """Per window (n, T, C), NaN for missing readings: {"channels": names, "mean", "std", "min", "max": one value
+    per channel over the T steps (None for a channel with no reading), "missing": each channel's share of steps
+    without a reading}."""
+    missing = np.isnan(windows)
+    readings = np.where(missing, 0.0, windows)
+    absent = missing.sum(axis=1)  # (n, C)
+    present = windows.shape[1] - absent
+    total, squares = readings.sum(axis=1, dtype=np.float64), (readings * readings).sum(axis=1, dtype=np.float64)
+    mean = np.divide(total, present, out=np.full(total.shape, np.nan), where=present > 0)
+    variance = np.divide(squares, present, out=np.full(total.shape, np.nan), where=present > 0) - mean * mean
+    stats = np.stack([mean, np.sqrt(np.maximum(variance, 0.0)), np.fmin.reduce(windows, axis=1),
+                      np.fmax.reduce(windows, axis=1), absent / windows.shape[1]])  # (5, n, C)
+    by_stat = [[[None if value != value else value for value in window] for window in stat]
+               for stat in _significant(stats).tolist()]
+    names = list(channels)
+    return [{"channels": names, **{stat: values[i] for stat, values in zip(SUMMARY_STATS, by_stat)}}
+            for i in range(len(windows))]
+
+
+@dataclass(frozen=True)
+class _Answered:
+    """What every row of one request shares."""
+
+    family: str
+    model_name: str
+    model_version: str
+    role: str
+    request_id: str
+    created_at: datetime.datetime
+
+    def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> dict:
+        output = {key: value for key, value in answer.items() if key not in NOT_LOGGED}
+        return {"id": prediction_id, "created_at": self.created_at, "family": self.family,
+                "model_name": self.model_name, "model_version": self.model_version, "role": self.role,
+                "request_id": self.request_id, "unit": unit, "time": time, "input_digest": digest,
+                "input_summary": summary, "output": output}
+
+
+@dataclass(frozen=True)
+class WindowsRecord:
+    """Answered windows (n, T, C) float32 with their answers (carrying `prediction_id`), units and times."""
+
+    answered: _Answered
+    windows: np.ndarray
+    channels: Sequence[str]
+    answers: Sequence[dict]
+    units: Sequence[str] | None
+    times: Sequence[float] | None
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def rows(self, summaries: Sequence[dict]) -> list[dict]:
+        """The rows, given each window's summary."""
+        return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.astype("<f4").tobytes()).hexdigest(),
+                                  summary, answer, None if self.units is None else self.units[i],
+                                  None if self.times is None else self.times[i])
+                for i, (window, summary, answer) in enumerate(zip(self.windows, summaries, self.answers))]
+
+
+@dataclass(frozen=True)
+class MoleculesRecord:
+    """Answered molecules: the answers carrying `prediction_id`, `smiles` (as sent) and `canonical_smiles`."""
+
+    answered: _Answered
+    answers: Sequence[dict]
+
+    def __len__(self) -> int:
+        return len(self.answers)
+
+    def rows(self) -> list[dict]:
+        return [self.answered.row(answer["prediction_id"], hashlib.sha256(answer["smiles"].encode()).hexdigest(),
+                                  {"canonical_smiles": answer["canonical_smiles"]}, answer)
+                for answer in self.answers]
+
+
+def rows_of(records: Sequence[WindowsRecord | MoleculesRecord]) -> list[dict]:
+    """The rows of a batch of records, in order. The windows of all records with one layout (channels, steps) are
+    summarised together: numpy's cost per call would otherwise dominate one-window requests."""
+    layouts: dict[tuple, list[WindowsRecord]] = {}
+    for record in records:
+        if isinstance(record, WindowsRecord):
+            layouts.setdefault((tuple(record.channels), record.windows.shape[1:]), []).append(record)
+    summaries: dict[int, list[dict]] = {}
+    for (channels, _), group in layouts.items():
+        together = window_summaries(np.concatenate([record.windows for record in group]), channels)
+        start = 0
+        for record in group:
+            summaries[id(record)], start = together[start:start + len(record)], start + len(record)
+    return [row for record in records
+            for row in (record.rows(summaries[id(record)]) if isinstance(record, WindowsRecord) else record.rows())]
+
+
+class PredictionLog:
+    """Gives answers their ids and queues their rows; `start`/`stop` belong to the app's lifespan. With
+    `writer` None (SERVING_PREDICTION_LOG=false) answers get no ids and nothing is written."""
+
+    def __init__(self, writer: StoreWriter | None):
+        self.writer = writer
+
+    @classmethod
+    def from_settings(cls, settings: ServingSettings, metrics: ServiceMetrics) -> "PredictionLog":
+        """The log on SERVING_PREDICTION_STORE (default: the contract's SQLite file beside the params file)."""
+        if not settings.prediction_log:
+            return cls(None)
+        url = resolve_url(Path(settings.params_file).resolve().parent, settings.prediction_store)
+        try:
+            engine = engine_for(url)
+        except (ArgumentError, NoSuchModuleError) as error:
+            raise PredictionStoreError(f"SERVING_PREDICTION_STORE is not a usable database URL: {error}") from None
+        log.info("prediction log: writing to %s", engine.url.render_as_string(hide_password=True))
+        return cls(StoreWriter(engine, rows_of, capacity_rows=settings.prediction_queue_rows,
+                               retention_days=settings.prediction_retention_days,
+                               max_rows=settings.prediction_max_rows, prune_every_s=PRUNE_EVERY_S, metrics=metrics))
+
+    @property
+    def enabled(self) -> bool:
+        return self.writer is not None
+
+    def record_windows(self, windows: np.ndarray, answers: list[dict], model: LoadedModel,
+                       units: Sequence[str] | None = None, times: Sequence[float] | None = None) -> None:
+        """Give each answer of windows (n, T, C) a `prediction_id` (first key) and queue their rows."""
+        if self.writer is None:
+            return
+        _identify(answers, range(len(answers)))
+        self.writer.submit(WindowsRecord(_answered(model), windows, list(model.card["channels"]), answers,
+                                         units, times))
+
+    def record_smiles(self, answers: list[dict], model: LoadedModel) -> None:
+        """Give each answered molecule (not those with an `error`) a `prediction_id` and queue their rows."""
+        if self.writer is None:
+            return
+        answered = [i for i, answer in enumerate(answers) if "error" not in answer]
+        if answered:
+            _identify(answers, answered)
+            self.writer.submit(MoleculesRecord(_answered(model), [answers[i] for i in answered]))
+
+    def start(self) -> None:
+        if self.writer is not None:
+            self.writer.start()
+
+    def stop(self, timeout_s: float) -> None:
+        if self.writer is not None:
+            self.writer.stop(timeout_s)
+
+
+def _identify(answers: list[dict], positions: Sequence[int]) -> None:
+    for i, prediction_id in zip(positions, _new_ids(len(positions))):
+        answers[i] = {"prediction_id": prediction_id, **answers[i]}
+
+
+def _answered(model: LoadedModel) -> _Answered:
+    return _Answered(model.family, model.name, model.version, model.alias[:16], uuid.uuid4().hex, utc_now())

@@ -1,0 +1,184 @@
+"""The prediction store's contract functions on SQLite, the window summaries, and the background writer: a full
+queue drops and counts instead of blocking, an unwritable store warns once, pruning keeps the store bounded."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import logging
+import sqlite3
+import threading
+import time
+
+import numpy as np
+
+from contract.prediction_store import (connect, engine_for, find_unit_times, insert_predictions, prune, read_outcomes,
+                                       read_predictions, record_outcomes, resolve_url, utc_now)
+from serving.log_writer import StoreWriter
+from serving.metrics import ServiceMetrics
+from serving.prediction_log import MoleculesRecord, WindowsRecord, _Answered, window_summaries
+from serving.prediction_log import rows_of as rows_of_records
+
+
+def prediction(key: str, age_days: float = 0.0, unit: str | None = None, time_: float | None = None) -> dict:
+    return {"id": key, "created_at": utc_now() - datetime.timedelta(days=age_days), "family": "sensor",
+            "model_name": "detector", "model_version": "3", "role": "champion", "request_id": "r" * 32,
+            "unit": unit, "time": time_, "input_digest": "0" * 64, "input_summary": {"c": {"mean": None}},
+            "output": {"failure_probability": 0.25, "alert": False, "uncertainty": 0.01}}
+
+
+class Rows:
+    """A record of ready-made prediction rows, as the writer takes them."""
+
+    def __init__(self, *keys: str):
+        self.keys = keys
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def rows(self) -> list[dict]:
+        return [prediction(key) for key in self.keys]
+
+
+def rows_of(batch: list[Rows]) -> list[dict]:
+    return [row for record in batch for row in record.rows()]
+
+
+def dropped(metrics: ServiceMetrics, reason: str) -> float:
+    return metrics.registry.get_sample_value("serving_prediction_log_dropped_rows_total", {"reason": reason}) or 0.0
+
+
+def test_a_relative_sqlite_store_lies_beside_the_params_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("SERVING_PREDICTION_STORE", raising=False)
+    assert resolve_url(tmp_path) == f"sqlite:///{tmp_path / 'mlflow' / 'predictions.db'}"
+    assert resolve_url(tmp_path, "sqlite:///logs/p.db") == f"sqlite:///{tmp_path / 'logs' / 'p.db'}"
+    monkeypatch.setenv("SERVING_PREDICTION_STORE", "postgresql://db.example/predictions")
+    assert resolve_url(tmp_path) == "postgresql://db.example/predictions"
+
+
+def test_window_summaries_per_channel_with_missing_readings():
+    windows = np.array([[[1.0, np.nan], [3.0, np.nan], [np.nan, np.nan], [2.0, np.nan]]], dtype=np.float32)  # (1, 4, 2)
+    (summary,) = window_summaries(windows, ["speed", "heat"])
+    assert summary == {"channels": ["speed", "heat"], "mean": [2.0, None], "std": [0.816497, None],
+                       "min": [1.0, None], "max": [3.0, None], "missing": [0.25, 1.0]}
+
+
+def test_a_batch_of_records_gets_each_window_its_own_summary_in_order():
+    answered = _Answered("sensor", "detector", "3", "champion", "r" * 32, utc_now())
+    rng = np.random.default_rng(0)
+
+    def windows_record(count: int, channels: list[str]) -> WindowsRecord:
+        answers = [{"prediction_id": f"{len(channels)}-{count}-{i}", "failure_probability": 0.5} for i in range(count)]
+        return WindowsRecord(answered, rng.normal(size=(count, 8, len(channels))).astype(np.float32), channels,
+                             answers, [f"u{i}" for i in range(count)], None)
+
+    batch = [windows_record(2, ["a", "b"]), MoleculesRecord(answered, [{"prediction_id": "m", "smiles": "OCC",
+             "canonical_smiles": "CCO", "value": 1.5}]), windows_record(1, ["x", "y", "z"]), windows_record(3, ["a", "b"])]
+    rows = rows_of_records(batch)
+    assert [row["id"] for row in rows] == ["2-2-0", "2-2-1", "m", "3-1-0", "2-3-0", "2-3-1", "2-3-2"]
+    windows = [w for record in (batch[0], batch[2], batch[3]) for w in record.windows]
+    for row, window in zip([r for r in rows if r["id"] != "m"], windows):
+        assert row["input_summary"] == window_summaries(window[None], row["input_summary"]["channels"])[0]
+        assert row["input_digest"] == hashlib.sha256(window.tobytes()).hexdigest()
+    assert rows[2]["input_summary"] == {"canonical_smiles": "CCO"} and rows[2]["output"] == {"value": 1.5}
+    assert rows[4]["unit"] == "u0" and rows[4]["time"] is None
+
+
+def test_outcomes_are_one_per_prediction_and_a_changed_one_replaces_it(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'p.db'}")
+    insert_predictions(engine, [prediction("a", unit="pump-7", time_=120.0), prediction("b", unit="pump-7", time_=124.0)])
+    assert record_outcomes(engine, {"a": ("sensor", 1.0)}) == {"a": None}
+    assert record_outcomes(engine, {"a": ("sensor", 1.0), "b": ("sensor", 0.0)}) == {"a": 1.0, "b": None}
+    assert record_outcomes(engine, {"a": ("sensor", 0.0)}) == {"a": 1.0}
+    assert sorted((o["prediction_id"], o["observed"]) for o in read_outcomes(engine)) == [("a", 0.0), ("b", 0.0)]
+    joined = {row["id"]: row for row in read_predictions(engine, family="sensor")}
+    assert joined["a"]["observed"] == 0.0 and joined["a"]["received_at"].tzinfo is not None
+    assert joined["a"]["output"]["failure_probability"] == 0.25
+    assert find_unit_times(engine, [("pump-7", 124.0), ("pump-7", 999.0)]) == {("pump-7", 124.0): ["b"]}
+
+
+def test_prune_deletes_old_and_surplus_predictions_with_their_outcomes(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'p.db'}")
+    insert_predictions(engine, [prediction(f"old{i}", age_days=40 + i) for i in range(3)]
+                       + [prediction(f"new{i}", age_days=i / 100) for i in range(5)])
+    record_outcomes(engine, {"old0": ("sensor", 1.0), "new4": ("sensor", 0.0), "new0": ("sensor", 1.0)})
+    assert prune(engine, utc_now() - datetime.timedelta(days=30), max_rows=3) == 5
+    assert [row["id"] for row in read_predictions(engine)] == ["new2", "new1", "new0"]  # oldest first
+    assert [o["prediction_id"] for o in read_outcomes(engine)] == ["new0"]
+    assert prune(engine, utc_now() - datetime.timedelta(days=30), max_rows=3) == 0
+    since = utc_now() - datetime.timedelta(days=0.015)
+    assert [row["id"] for row in read_predictions(engine, since=since)] == ["new1", "new0"]
+
+
+def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
+    """The store is locked by another connection, so the writer is stuck; the queue holds 4 rows."""
+    path = tmp_path / "p.db"
+    connect(f"sqlite:///{path}").dispose()
+    lock = sqlite3.connect(path, isolation_level=None)
+    lock.execute("BEGIN EXCLUSIVE")
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(f"sqlite:///{path}"), rows_of, capacity_rows=4, retention_days=30, max_rows=100,
+                         prune_every_s=3600, metrics=metrics)
+    writer.start()
+    accepted: list[bool] = []
+    submitting = threading.Thread(target=lambda: accepted.extend(writer.submit(Rows(f"p{i}")) for i in range(10)))
+    submitting.start()
+    submitting.join(timeout=60)
+    assert not submitting.is_alive(), "submit blocked on a stuck store"
+    assert accepted == [True] * 4 + [False] * 6
+    assert dropped(metrics, "queue_full") == 6
+    assert metrics.registry.get_sample_value("serving_prediction_log_queue_rows") == 4
+    lock.execute("ROLLBACK")
+    assert writer.flush(timeout_s=60)
+    writer.stop(timeout_s=10)
+    assert sorted(row["id"] for row in read_predictions(engine_for(f"sqlite:///{path}"))) == ["p0", "p1", "p2", "p3"]
+    assert metrics.registry.get_sample_value("serving_prediction_log_written_rows_total") == 4
+    assert metrics.registry.get_sample_value("serving_prediction_log_queue_rows") == 0
+
+
+def test_an_unwritable_store_warns_once_and_counts_the_drops(tmp_path, caplog):
+    (tmp_path / "file").write_text("not a folder")
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'file' / 'p.db'}"), rows_of, capacity_rows=100,
+                         retention_days=30, max_rows=100, prune_every_s=3600, metrics=metrics)
+    writer.start()
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        for i in range(3):
+            assert writer.submit(Rows(f"a{i}", f"b{i}"))
+            assert writer.flush(timeout_s=60)
+        writer.stop(timeout_s=10)
+    assert dropped(metrics, "store_error") == 6
+    warnings = [r.getMessage() for r in caplog.records if "prediction log" in r.getMessage()]
+    assert len(warnings) == 1 and "cannot write to the prediction store" in warnings[0]
+
+
+def test_the_writer_prunes_the_store_to_its_limits(tmp_path):
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    insert_predictions(connect(url), [prediction(f"old{i}", age_days=10) for i in range(3)])
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=1, max_rows=4, prune_every_s=0.05,
+                         metrics=metrics)
+    writer.start()
+    for i in range(6):
+        writer.submit(Rows(f"new{i}"))
+        writer.flush(timeout_s=60)
+    deadline = time.monotonic() + 60
+    while metrics.registry.get_sample_value("serving_prediction_log_pruned_rows_total") < 5:
+        assert time.monotonic() < deadline, "the writer never pruned"
+        time.sleep(0.02)
+    writer.stop(timeout_s=10)
+    kept = [row["id"] for row in read_predictions(engine_for(url))]
+    assert len(kept) <= 4 and not [key for key in kept if key.startswith("old")]
+    assert "new5" in kept
+
+
+def test_records_submitted_after_stop_are_dropped_as_shutdown(tmp_path):
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'p.db'}"), rows_of, capacity_rows=10, retention_days=1,
+                         max_rows=10, prune_every_s=3600, metrics=metrics)
+    writer.start()
+    assert writer.submit(Rows("kept"))
+    writer.stop(timeout_s=30)
+    assert not writer.submit(Rows("late"))
+    assert dropped(metrics, "shutdown") == 1
+    assert [row["id"] for row in read_predictions(engine_for(f"sqlite:///{tmp_path / 'p.db'}"))] == ["kept"]
