@@ -257,7 +257,8 @@ def test_a_signal_stops_the_service_within_5_s_without_a_traceback(registry, sto
     """`python -m serving` with a long molecule request in flight: the request is refused (503), the process
     and its featurisation workers end, and nothing in the output is a traceback."""
     port = free_port()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false",
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
+           "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false",
            "SERVING_FEATURIZE_BATCH_ITEMS": "1", "SERVING_WORKERS": "1"}  # one process: its metrics show the work
     service = subprocess.Popen([sys.executable, "-m", "serving"], cwd=Path(__file__).resolve().parents[2], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
