@@ -9,6 +9,7 @@ MEANING = {
     400: "the body is not valid JSON",
     401: "missing or wrong key: send `Authorization: Bearer <key>`",
     403: "the route is disabled on this service",
+    404: "no such model, or not the version being served",
     413: "the body is larger than SERVING_MAX_BODY_BYTES",
     415: "the body was not sent as `Content-Type: application/json`",
     422: "the request does not fit the API or the model: what and where is in `detail`",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.exc import SQLAlchemyError
 
 from contract.prediction_store import find_predictions, find_unit_times, record_outcomes, task_of
+from serving.errors import BODY_ERRORS, error_responses
 from serving.inputs import BadInput, check_count
 from serving.prediction_log import PredictionLog
 from serving.schemas import Time, Unit
@@ -116,7 +117,8 @@ def feedback_router(prediction_log: PredictionLog, max_items: int) -> APIRouter:
     """The /feedback route (mounted under /v1, behind its API key)."""
     router = APIRouter()
 
-    @router.post("/feedback", tags=["feedback"], response_model=FeedbackResponse, response_model_exclude_none=True)
+    @router.post("/feedback", tags=["feedback"], response_model=FeedbackResponse, response_model_exclude_none=True,
+                 responses=error_responses(401, 503, *BODY_ERRORS))
     async def feedback(body: FeedbackRequest) -> FeedbackResponse:
         """Outcomes of earlier predictions, by `prediction_id` or by sensor `unit` and `time`; counts of accepted,
         replaced and unknown items, and per item what happened."""

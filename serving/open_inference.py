@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from serving.auth import api_key_check
 from serving.deadline import within_deadline
+from serving.errors import MEANING
 from serving.inputs import BadInput, check_count, check_smiles
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
@@ -39,6 +40,17 @@ class ProtocolError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+class ProtocolErrorBody(BaseModel):
+    """Every error answer under /v2, as the protocol has it."""
+
+    error: str = Field(description="what is wrong, in one line")
+
+
+def protocol_errors(*statuses: int) -> dict[int | str, dict]:
+    """`responses=` of a /v2 route that can answer `statuses` with a ProtocolErrorBody."""
+    return {status: {"model": ProtocolErrorBody, "description": MEANING[status]} for status in sorted(statuses)}
 
 
 class _Parameters(BaseModel):
@@ -133,7 +145,7 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
         """200 while the process is up."""
         return {"live": True}
 
-    @router.get("/health/ready")
+    @router.get("/health/ready", responses=protocol_errors(503))
     async def ready() -> dict:
         """200 once both models are loaded, else 503 saying what is missing."""
         if not store.ready:
@@ -181,11 +193,12 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
             raise NotReady(f"{answered.name} changed to version {answered.version} while the request waited; retry")
         return _answer(answered, inference.id, wanted, outputs)
 
+    lookup = protocol_errors(401, 404, 422, 503)
     for base in ("/models/{name}", "/models/{name}/versions/{version}"):
-        router.add_api_route(base, model_metadata, methods=["GET"], dependencies=guarded)
-        router.add_api_route(f"{base}/ready", model_ready, methods=["GET"], dependencies=guarded)
-        router.add_api_route(f"{base}/infer", infer, methods=["POST"], dependencies=guarded,
-                             response_class=Response)
+        router.add_api_route(base, model_metadata, methods=["GET"], dependencies=guarded, responses=lookup)
+        router.add_api_route(f"{base}/ready", model_ready, methods=["GET"], dependencies=guarded, responses=lookup)
+        router.add_api_route(f"{base}/infer", infer, methods=["POST"], dependencies=guarded, response_class=Response,
+                             responses=protocol_errors(400, 401, 404, 413, 422, 503, 504))
     return router
 
 
