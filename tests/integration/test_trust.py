@@ -122,10 +122,10 @@ def test_a_store_that_disappears_makes_the_service_not_ready(tmp_path, registry)
     store = ModelStore(f"sqlite:///{copy}", NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
     settings = ServingSettings(poll_seconds=3600, prefer_cuda=False)
     with TestClient(create_app(settings, store=store)) as client:
-        client.post("/v1/admin/reload")
+        store.refresh()
         assert client.get("/ready").status_code == 200
         copy.unlink()
-        client.post("/v1/admin/reload")
+        store.refresh()  # what the service's poll does
         ready = client.get("/ready")
         assert ready.status_code == 503 and "has disappeared" in ready.json()["problems"]["store"]
         assert not copy.exists()
