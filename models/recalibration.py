@@ -7,8 +7,8 @@ output, appended to the graph with onnx.helper; the graph's other nodes are unto
   of the served probability p, chosen by cross-fitted NLL. Both maps g increase strictly, so the ranking of
   windows (PR-AUC, ROC-AUC) is kept. The uncertainty (the members' spread) is carried through g to first order:
   uncertainty * g'(p) (the delta method).
-- Interval (molecule regression): the uncertainty times a factor k fitted so that residual / (k * uncertainty)
-  has unit mean square (models/calibration.fit_interval_scale, the scaled-variance rule of the calibrate stage).
+- Interval (molecule regression): the uncertainty times a factor k, fitted by the calibrate stage's rule (scaled
+  variance or split conformal) on the outcomes' residuals.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 from scipy.special import logit
 
 from models.calibration import calibrated_probability, fit_interval_scale, select_calibration
+from models.molecule.calibration import fit_conformal_scale
 
 EPS = 1e-6  # probabilities are clipped to [EPS, 1 - EPS] before the logit (in numpy and in the graph)
 
@@ -42,9 +43,14 @@ def apply_probability_map(p: np.ndarray, calibration: dict) -> np.ndarray:
     return calibrated_probability(served_logits(p), calibration)
 
 
-def fit_uncertainty_factor(y: np.ndarray, value: np.ndarray, uncertainty: np.ndarray) -> float:
-    """Factor k of the served uncertainty (n,) so that (y - value) / (k * uncertainty) has unit mean square."""
-    return fit_interval_scale(np.asarray(y) - np.asarray(value), np.asarray(uncertainty))
+def fit_uncertainty_factor(y: np.ndarray, value: np.ndarray, uncertainty: np.ndarray, method: str, z: float) -> float:
+    """Factor k of the served uncertainty (n,), by the calibrate stage's `method`: scaled_variance (residual /
+    (k * uncertainty) has unit mean square) or conformal (value +- z * k * uncertainty is a split-conformal
+    interval at the nominal coverage of z)."""
+    residuals = np.asarray(y, dtype=float) - np.asarray(value, dtype=float)
+    if method == "conformal":
+        return fit_conformal_scale(residuals, uncertainty, z)
+    return fit_interval_scale(residuals, np.asarray(uncertainty, dtype=float))
 
 
 def _constant(name: str, value) -> onnx.TensorProto:
