@@ -148,7 +148,8 @@ def register_and_gate(
                     except IncompatibleModelError as error:
                         notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
     tags = {f"metric.{k}": f"{v:.6g}" for k, v in card["test_metrics"].items()}
-    tags.update({k: v for k, v in mlflow.active_run().data.tags.items() if k.startswith(("data.", "git_commit"))})
+    run_tags = client.get_run(mlflow.active_run().info.run_id).data.tags  # active_run() holds the tags at its start
+    tags.update({k: v for k, v in run_tags.items() if k.startswith(("data.", "git_commit"))})
     tags["featurizer_version"] = str(card.get("featurizer_version", "n/a"))
     version = register_version(cfg, onnx_path, card, signature, tags, signing_key, extra_files)
     if refusal is not None:
