@@ -85,20 +85,14 @@ def main() -> None:
                           "drift_alarm": any(a.startswith("input drift") for a in report["alarms"])})
         first_alarm = next((c["outcomes"] for c in curve if c["calibration_alarm"]), None)
         first_drift = next((c["outcomes"] for c in curve if c["drift_alarm"]), None)
+        judged = [c["ece"] for c in curve if c["outcomes"] >= cfg.min_outcomes]
         return {"calibration_alarm_at": first_alarm, "drift_alarm_at": first_drift,
+                "ece_range": [min(judged), max(judged)],
                 "checks_with_calibration_alarm": sum(c["calibration_alarm"] for c in curve),
                 "checks": sum(c["outcomes"] >= cfg.min_outcomes for c in curve), "curve": curve}
 
-    drifted = fleet_stream(scenario, seed=101, drifted=True)
-    limit = min(args.outcomes, len(drifted.windows.y))
-    drifted.windows.X, drifted.windows.y = drifted.windows.X[:limit], drifted.windows.y[:limit]
-    drifted.windows.unit, drifted.windows.time = drifted.windows.unit[:limit], drifted.windows.time[:limit]
-    drifted.minute = drifted.minute[:limit]
-    undrifted = fleet_stream(scenario, seed=102, drifted=False)
-    keep = slice(0, limit)
-    undrifted.windows.X, undrifted.windows.y = undrifted.windows.X[keep], undrifted.windows.y[keep]
-    undrifted.windows.unit, undrifted.windows.time, undrifted.minute = (undrifted.windows.unit[keep],
-                                                                       undrifted.windows.time[keep], undrifted.minute[keep])
+    drifted = fleet_stream(scenario, seed=101, drifted=True).head(args.outcomes)
+    undrifted = fleet_stream(scenario, seed=102, drifted=False).head(args.outcomes)
     false_alarms = detection(f"sqlite:///{work / 'undrifted.db'}", undrifted)
     detected = detection(cfg.store_url, drifted)
 
@@ -151,10 +145,10 @@ def markdown(s: dict) -> str:
         f"{sc['reference_failure_fraction']} -> {sc['drifted_failure_fraction']}. Monitor: max_ece {m['max_ece']}, "
         f"min_outcomes {m['min_outcomes']}, window {m['window']}, holdout_fraction {m['holdout_fraction']}.", "",
         "## Detection (report every 50 labelled outcomes)", "",
-        "| stream | first calibration alarm at | first PSI alarm at | checks with calibration alarm (of those with >= min_outcomes) |",
-        "|---|---|---|---|",
-        f"| drifted | {d['calibration_alarm_at']} | {d['drift_alarm_at']} | {d['checks_with_calibration_alarm']} / {d['checks']} |",
-        f"| undrifted | {u['calibration_alarm_at']} | {u['drift_alarm_at']} | {u['checks_with_calibration_alarm']} / {u['checks']} |",
+        "| stream | first calibration alarm at | first PSI alarm at | checks with calibration alarm (of those with >= min_outcomes) | ECE range in those checks |",
+        "|---|---|---|---|---|",
+        *(f"| {name} | {x['calibration_alarm_at']} | {x['drift_alarm_at']} | {x['checks_with_calibration_alarm']} / "
+          f"{x['checks']} | {x['ece_range'][0]:.3f} - {x['ece_range'][1]:.3f} |" for name, x in (("drifted", d), ("undrifted", u))),
         "", "## Recalibration by the monitor flow", "",
         f"{r['method']} on {r['lineage']['fitted_on']} outcomes, gated on the newest {r['lineage']['held_out']}: "
         f"held-out ECE {r['calibration_error_before']:.4f} -> {r['calibration_error_after']:.4f}; version "

@@ -17,6 +17,9 @@ from models.metrics import classification_metrics, regression_metrics
 from models.monitoring import descriptor_matrix, morgan_bits, nearest_similarity, out_of_range, sensor_drift
 
 
+ANSWER_FIELDS = ("failure_probability", "probability", "value")  # what a stored output answered, per family and task
+
+
 def served_probability(output: dict) -> float:
     """The probability a stored output answered (`failure_probability` for sensors, `probability` for molecules)."""
     return float(output.get("failure_probability", output.get("probability")))
@@ -26,8 +29,10 @@ def summary_means(summaries: pd.Series, channels: list[str]) -> np.ndarray:
     """(m, C) per-window channel means from stored input summaries ({"mean": {channel: value}} or
     {channel: {"mean": value}}); NaN where a channel is missing."""
     def mean_of(summary: dict, channel: str) -> float:
-        value = (summary.get("mean") or {}).get(channel) if isinstance(summary.get("mean"), dict) \
-            else (summary.get(channel) or {}).get("mean")
+        if isinstance(summary.get("mean"), dict):
+            value = summary["mean"].get(channel)
+        else:
+            value = (summary.get(channel) or {}).get("mean")
         return np.nan if value is None else float(value)
 
     return np.array([[mean_of(s or {}, c) for c in channels] for s in summaries], dtype=np.float64).reshape(-1, len(channels))
@@ -90,6 +95,8 @@ def molecule_inputs(reference: dict | None, recent: pd.DataFrame, cfg: MonitorCo
 def outcome_quality(card: dict, labelled: pd.DataFrame, cfg: MonitorConfig) -> tuple[dict, list[str]]:
     """Output quality on labelled outcomes: classification (Brier, ECE, PR-AUC, ...) or regression (RMSE,
     interval coverage); the calibration alarm when there are at least `min_outcomes`."""
+    answered = [any(o.get(k) is not None for k in ANSWER_FIELDS) for o in labelled["output"]]
+    labelled = labelled[answered]  # an item the model could not answer (e.g. an unreadable SMILES) has no output to judge
     n = len(labelled)
     report: dict = {"n": n}
     if n == 0:

@@ -74,6 +74,11 @@ class Stream:
     windows: Windows
     minute: np.ndarray
 
+    def head(self, n: int) -> "Stream":
+        """The first `n` windows to arrive."""
+        w = self.windows
+        return Stream(Windows(X=w.X[:n], y=w.y[:n], unit=w.unit[:n], time=w.time[:n]), self.minute[:n])
+
 
 def fleet_stream(scenario: Scenario, seed: int, drifted: bool, n_units: int | None = None) -> Stream:
     """Every window of one simulated fleet (n, C, T), in arrival order."""

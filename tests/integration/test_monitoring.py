@@ -40,11 +40,7 @@ def monitored(tmp_path_factory):
         client, name = MlflowClient(), params.sensor.registry.model_name
         key = load_verify_key(public_key_path(signing_key(params.tracking)))
         champion = load_version(client, "sensor", name, str(first["registered_version"]), CHAMPION, key, False)
-        stream = fleet_stream(scenario, seed=101, drifted=True)
-        keep = slice(0, OUTCOMES)
-        stream.windows.X, stream.windows.y, stream.windows.unit, stream.windows.time, stream.minute = (
-            stream.windows.X[keep], stream.windows.y[keep], stream.windows.unit[keep], stream.windows.time[keep],
-            stream.minute[keep])
+        stream = fleet_stream(scenario, seed=101, drifted=True).head(OUTCOMES)
         write_predictions(params.monitor.store_url, champion.predictor, stream, name, champion.version,
                           scenario.horizon)
         first_run = monitor(params_file=str(params_file))

@@ -135,3 +135,35 @@ def test_interval_scale_multiplies_only_the_uncertainty(tmp_path, logistic):
     out = run(load_session(composed, prefer_cuda=False)[0], {"features": features})
     assert np.array_equal(out["probability"], served["probability"])
     assert np.allclose(out["uncertainty"], 1.7 * served["uncertainty"], rtol=1e-6)
+
+
+def test_molecule_report_flags_narrow_intervals_and_molecules_outside_the_domain():
+    train = ["CCO", "CCCO", "CCCCO", "CC(C)O", "OCCO", "CCOC"]
+    reference = molecule_reference(train)
+    card = {"family": "molecule", "task": "regression", "calibration": {"interval_z": 1.96, "nominal_coverage": 0.95}}
+    cfg = MonitorConfig(min_outcomes=10, max_coverage_error=0.1, min_similarity=0.3, max_out_of_domain=0.3)
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=200)
+    outputs = [{"value": 0.0, "uncertainty": 0.25}] * 200 + [{"value": None, "uncertainty": None, "error": "bad"}]
+    labelled = _labelled(np.zeros(201), np.append(y, 0.0)).assign(output=outputs)
+    inside = pd.DataFrame({"input_summary": [{"smiles": s} for s in train * 2], "output": [{}] * 12})
+    outside = pd.DataFrame({"input_summary": [{"smiles": "c1ccc2ccccc2c1"}] * 12, "output": [{}] * 12})
+    quiet = family_report(card, reference, inside, labelled.iloc[:0], cfg)
+    assert quiet["alarms"] == [] and quiet["inputs"]["out_of_domain"] == 0.0
+    report = family_report(card, reference, outside, labelled, cfg)
+    assert report["outcomes"]["n"] == 200  # the unanswered item is not judged
+    assert report["outcomes"]["metrics"]["coverage"] < 0.5
+    assert [a.split(":")[0] for a in report["alarms"]] == ["applicability domain", "calibration"]
+    assert report["inputs"]["out_of_range"]["NumAromaticRings"] == 1.0
+
+
+def test_interval_recalibration_restores_the_nominal_coverage_on_held_out_outcomes():
+    from flows.monitoring.recalibrate import _interval_fit, split_in_time
+
+    rng = np.random.default_rng(0)
+    y = rng.normal(scale=2.0, size=1000)
+    labelled = _labelled(np.zeros(1000), y).assign(output=[{"value": 0.0, "uncertainty": 1.0}] * 1000)
+    card = {"calibration": {"interval_z": 1.96, "nominal_coverage": 0.95, "method": "scaled_variance"}}
+    result = _interval_fit(card, *split_in_time(labelled, 0.3))
+    assert result["recalibration"]["factor"] == pytest.approx(2.0, rel=0.1)
+    assert result["error_before"] > 0.2 and result["error_after"] < 0.03
