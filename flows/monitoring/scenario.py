@@ -170,10 +170,10 @@ def write_predictions(url: str, predictor: SensorPredictor, stream: Stream, name
     prediction_rows, outcome_rows = [], []
     for i in range(len(windows)):
         created = START + datetime.timedelta(minutes=int(stream.minute[i]))
-        identifier = uuid.uuid4().hex
+        identifier = uuid.uuid5(uuid.NAMESPACE_URL, f"{name}/{version}/{windows.unit[i]}/{stream.minute[i]}").hex
         prediction_rows.append({
             "id": identifier, "created_at": created, "family": "sensor", "model_name": name,
-            "model_version": str(version), "role": "champion", "request_id": uuid.uuid4().hex,
+            "model_version": str(version), "role": "champion", "request_id": identifier,
             "unit": str(windows.unit[i]), "time": float(windows.time[i]), "input_digest": "0" * 64,
             "input_summary": summaries[i],
             "output": {"failure_probability": float(out["probability"][i]), "alert": bool(out["alert"][i]),
