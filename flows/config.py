@@ -57,12 +57,13 @@ class SchedulesConfig(StrictModel):
 
     data_refresh: str | None = Field("0 2 * * *", description="re-read the sources, version the prepared data")
     retrain: str | None = Field("0 3 * * 0", description="data refresh, then the full pipeline of both families")
+    monitor: str | None = Field("0 * * * *", description="drift and calibration reports; recalibration when needed")
     timezone: str = "UTC"
 
     @model_validator(mode="after")
     def _valid_with_prefect(self) -> "SchedulesConfig":
         """Checked by Prefect's own CronSchedule (cron fields, IANA timezone), so serving cannot fail later."""
-        for name in ("data_refresh", "retrain"):
+        for name in ("data_refresh", "retrain", "monitor"):
             if getattr(self, name) is not None:
                 try:
                     self.schedule(name)
@@ -71,7 +72,7 @@ class SchedulesConfig(StrictModel):
         return self
 
     def schedule(self, name: str) -> CronSchedule | None:
-        """The Prefect schedule of deployment `name` (data_refresh | retrain), or None."""
+        """The Prefect schedule of deployment `name` (data_refresh | retrain | monitor), or None."""
         cron = getattr(self, name)
         return None if cron is None else CronSchedule(cron=cron, timezone=self.timezone)
 
@@ -87,6 +88,27 @@ class OrchestrationConfig(StrictModel):
         1, ge=1, description="threads: tasks at once (>1 is not bit-reproducible: threads share PyTorch's global RNG)")
     dask_address: str | None = Field(None, description="dask: scheduler address (tcp://host:8786); null: a local cluster")
     dask_workers: int = Field(2, ge=1, description="dask without an address: workers of the local cluster")
+
+
+class MonitorConfig(StrictModel):
+    """The `monitor` flow: where the prediction store is, what it reads, the thresholds that raise an alarm, and
+    the recalibration an alarm triggers (docs/monitoring.md)."""
+
+    store_url: str | None = Field(None, description="SQLAlchemy URL of the prediction store; null: the service's "
+                                  "default SQLite file inside the project (contract/prediction_store.DEFAULT_URL)")
+    window: int = Field(2000, ge=10, description="the last N labelled outcomes of the champion that are judged")
+    min_outcomes: int = Field(200, ge=10, description="fewer labelled outcomes: no calibration verdict, no recalibration")
+    drift_window: int = Field(1000, ge=10, description="the last N predictions whose inputs are compared with the reference")
+    max_ece: float = Field(0.07, gt=0, le=1, description="sensor (and molecule classification): ECE alarm above this")
+    max_coverage_error: float = Field(0.1, gt=0, le=1, description="molecule regression: |interval coverage - nominal| alarm")
+    max_psi: float = Field(0.25, gt=0, description="sensor: PSI alarm on any channel's window means above this")
+    min_similarity: float = Field(0.3, ge=0, le=1, description="molecule: nearest-neighbour Tanimoto similarity to the "
+                                  "training set below this is outside the applicability domain")
+    max_out_of_domain: float = Field(0.3, ge=0, le=1, description="molecule: alarm when a larger share of recent "
+                                     "molecules is outside the applicability domain")
+    recalibrate: bool = Field(True, description="on an alarm with at least min_outcomes outcomes, fit and gate a recalibration")
+    holdout_fraction: float = Field(0.3, gt=0, lt=1, description="the newest share of the outcomes judges the "
+                                    "recalibration (the gate); the rest fits it")
 
 
 class SweepConfig(StrictModel):

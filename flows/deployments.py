@@ -17,6 +17,7 @@ from prefect import serve
 from prefect.deployments.runner import EntrypointType, RunnerDeployment
 
 from flows.config import SchedulesConfig
+from flows.monitor import monitor
 from flows.orchestration import data_refresh, molecule_pipeline, retrain, sensor_pipeline
 from flows.params import DEFAULT_PARAMS, ParamsError, load_params
 
@@ -24,7 +25,8 @@ TAGS = ["failsafe-ml"]
 
 
 def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
-    """The four deployments: both family pipelines (run on demand), the data refresh and the retrain (scheduled)."""
+    """The five deployments: both family pipelines (run on demand), the data refresh, the retrain and the monitor
+    (scheduled)."""
     def deploy(flow, name: str, description: str, schedule_name: str | None = None) -> RunnerDeployment:
         schedule = schedules.schedule(schedule_name) if schedule_name else None
         return flow.to_deployment(name=name, description=description, tags=TAGS, paused=False,
@@ -36,6 +38,8 @@ def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
         deploy(molecule_pipeline, "molecule", "Molecular property model: prepare -> register"),
         deploy(data_refresh, "nightly", "Re-read the sources and version the prepared data", "data_refresh"),
         deploy(retrain, "weekly", "Data refresh, then both pipelines", "retrain"),
+        deploy(monitor, "hourly", "Drift and calibration of the champions on the prediction store; recalibration "
+                                  "on alarms", "monitor"),
     ]
 
 

@@ -19,7 +19,7 @@ from contract.registry import DEFAULT_MODEL_NAMES
 from data.config import StrictModel
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows.config import (ExportConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, SweepConfig,
+from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, SweepConfig,
                           TrackingConfig)
 from models.molecule.config import (
     MoleculeCalibrateConfig,
@@ -72,6 +72,7 @@ class Params(StrictModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     sensor: SensorParams = Field(default_factory=SensorParams)
     molecule: MoleculeParams = Field(default_factory=MoleculeParams)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
     orchestration: OrchestrationConfig = Field(default_factory=OrchestrationConfig)
 
 

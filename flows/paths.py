@@ -53,6 +53,11 @@ class StagePaths:
         return self.artifacts / "export" / "model_card.json"
 
     @property
+    def reference(self) -> Path:
+        """Training reference statistics registered with the model (contract/reference.py)."""
+        return self.artifacts / "export" / "reference.npz"
+
+    @property
     def metrics(self) -> Path:
         return self.root / "metrics" / f"{self.family}.json"
 

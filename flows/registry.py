@@ -1,12 +1,14 @@
 """The MLflow model registry: signed ONNX versions, the promotion gate, `challenger`/`champion` aliases.
 
-Each version is a folder logged with its run: `model.onnx`, `card.json` (the model card), MLflow's `MLmodel`
-and environment files, and a manifest of their sha256 signed with the pipeline's key (contract/manifest.py).
+Each version is a folder logged with its run: `model.onnx`, `card.json` (the model card), `reference.npz` (the
+training reference the monitor compares with, contract/reference.py), MLflow's `MLmodel` and environment files, and
+a manifest of their sha256 signed with the pipeline's key (contract/manifest.py).
 The gate compares a challenger only with a champion of the same task identity (contract/card.py)."""
 
 from __future__ import annotations
 
 import math
+import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,10 +35,12 @@ class Decision:
 
 
 def decide(
-    cfg: RegistryConfig, challenger: dict[str, float], champion: dict[str, float] | None, calibration_error: float
+    cfg: RegistryConfig, challenger: dict[str, float], champion: dict[str, float] | None, calibration_error: float,
+    compare_calibration: bool = False,
 ) -> Decision:
     """The promotion gate: calibration within bounds and primary metric at least as good as the
-    champion's on the same test split (within `cfg.tolerance`)."""
+    champion's on the same test split (within `cfg.tolerance`). `compare_calibration` (a recalibration): the
+    calibration error must also be lower than the champion's `calibration_error` on the same data."""
     metric = cfg.primary_metric
     value = challenger.get(metric, float("nan"))
     reasons: list[str] = []
@@ -54,18 +58,28 @@ def decide(
         relation = "at least as good as" if ok else "worse than"
         reasons.append(f"{metric} {value:.4f} is {relation} champion's {best:.4f} (tolerance {cfg.tolerance})")
         promote = promote and ok
+        if compare_calibration:
+            better = calibration_error < champion["calibration_error"]
+            reasons.append(f"calibration error {calibration_error:.4f} is {'lower' if better else 'not lower'} than "
+                           f"champion's {champion['calibration_error']:.4f}")
+            promote = promote and better
     return Decision(promote, reasons)
 
 
 def register_version(cfg: RegistryConfig, onnx_path: Path, card: dict, signature: ModelSignature,
-                     tags: dict[str, str], signing_key: Path) -> str:
-    """Inside an active MLflow run: log the ONNX file, its model card and their signed manifest as the run's
-    `model` folder and register it as a new version of `cfg.model_name`."""
+                     tags: dict[str, str], signing_key: Path, extra_files: dict[str, Path] | None = None) -> str:
+    """Inside an active MLflow run: log the ONNX file, its model card, `extra_files` ({name in the folder: file},
+    e.g. the training reference) and their signed manifest as the run's `model` folder and register it as a new
+    version of `cfg.model_name`."""
     key = load_signing_key(signing_key)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
         folder = Path(scratch) / "model"
         mlflow.onnx.save_model(onnx.load(str(onnx_path)), str(folder), signature=signature, save_as_external_data=False)
         write_card(folder, card)
+        for name, source in (extra_files or {}).items():
+            if (folder / name).exists():
+                raise ValueError(f"extra file {name} would replace a file of the model folder")
+            shutil.copyfile(source, folder / name)
         manifest = sign_directory(folder, key)
         mlflow.log_artifacts(str(folder), artifact_path="model")
         manifest_sha256 = sha256_file(folder / MANIFEST)
@@ -99,9 +113,12 @@ def register_and_gate(
     champion_metrics: Callable[[Path, dict], dict[str, float]],
     signing_key: Path,
     new_task: bool = False,
+    extra_files: dict[str, Path] | None = None,
+    compare_calibration: bool = False,
 ) -> dict:
-    """Inside an active MLflow run: register a new signed version, verify the current champion and, when it predicts
-    the same task, evaluate it on the same test split with `champion_metrics(onnx_path, card)`; apply the gate.
+    """Inside an active MLflow run: register a new signed version (with `extra_files` in its folder), verify the
+    current champion and, when it predicts the same task, evaluate it on the same test split with
+    `champion_metrics(onnx_path, card)`; apply the gate (`compare_calibration`: see `decide`).
 
     A champion of another task is never compared: the new version is refused, unless `new_task` (then it is judged
     on calibration alone and replaces the champion's task)."""
@@ -131,13 +148,14 @@ def register_and_gate(
                     except IncompatibleModelError as error:
                         notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
     tags = {f"metric.{k}": f"{v:.6g}" for k, v in card["test_metrics"].items()}
-    tags.update({k: v for k, v in mlflow.active_run().data.tags.items() if k.startswith(("data.", "git_commit"))})
+    run_tags = client.get_run(mlflow.active_run().info.run_id).data.tags  # active_run() holds the tags at its start
+    tags.update({k: v for k, v in run_tags.items() if k.startswith(("data.", "git_commit"))})
     tags["featurizer_version"] = str(card.get("featurizer_version", "n/a"))
-    version = register_version(cfg, onnx_path, card, signature, tags, signing_key)
+    version = register_version(cfg, onnx_path, card, signature, tags, signing_key, extra_files)
     if refusal is not None:
         decision = Decision(False, [refusal])
     else:
-        decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"])
+        decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"], compare_calibration)
         decision.reasons[:0] = notes
     apply_decision(cfg, version, decision, actor(f"flows.{card['family']}.register"))
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")

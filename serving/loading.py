@@ -11,6 +11,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from mlflow import MlflowClient
 
+from contract.reference import read_reference
 from contract.registry import download_verified
 from models.predictors import MoleculePredictor, SensorPredictor
 
@@ -30,6 +31,7 @@ class LoadedModel:
     sha256: str
     card: dict
     predictor: SensorPredictor | MoleculePredictor
+    reference: dict | None = None  # training reference arrays (contract/reference.py); None for older versions
 
     def describe(self) -> dict:
         """serving.schemas.ModelInfo's fields; `target` and `interval` only when the card has them."""
@@ -56,5 +58,6 @@ def load_version(client: MlflowClient, family: str, name: str, version: str, ali
     with tempfile.TemporaryDirectory(prefix="serving-") as scratch:
         verified = download_verified(client, name, version, Path(scratch), public_key)
         predictor = PREDICTORS[family](verified.onnx, verified.card, prefer_cuda=prefer_cuda)
+        reference = read_reference(verified.directory)
     return LoadedModel(family, name, str(version), alias, verified.manifest["files"]["model.onnx"], verified.card,
-                       predictor)
+                       predictor, reference)

@@ -26,6 +26,11 @@ class SimulatorConfig(StrictModel):
     dropout_rate: float = Field(0.002, ge=0, lt=1, description="chance per step and channel that a NaN gap starts")
     label_flip_rate: float = Field(0.0, ge=0, lt=0.5, description="share of row labels flipped at random")
     label_shift_max: int = Field(0, ge=0, description="failure labels moved early/late by up to this many steps")
+    plant_seed: int | None = Field(
+        None, description="seed of the plant: channel levels, regime levels and daily amplitudes (null: from the "
+        "simulation's seed). Fleets with one plant_seed and other seeds are other machines of the same plant")
+    regime_shift: float = Field(0.0, description="added to every operating regime's level, all channels (in units of "
+                                "10% of a channel's level): an operating point the training fleet never saw")
 
 
 class SensorDataConfig(StrictModel):

@@ -18,6 +18,9 @@ A failing machine's series ENDS at its failure step and only that last row has l
 Label noise: `label_shift_max` moves the recorded failure (the end of the series and its label) by a random
 offset in [-shift, +shift] relative to the physical failure (the degradation keeps growing past it);
 `label_flip_rate` flips that share of row labels at random.
+Drift (the monitoring scenario): `plant_seed` fixes the plant (channel levels, regime levels, daily amplitudes) so
+fleets of other seeds are new machines of the same plant; `regime_shift` moves every regime's level, and
+`failure_fraction` sets the failure prevalence.
 """
 
 from __future__ import annotations
@@ -38,9 +41,11 @@ def _degradation_signs(channels: list[str], rng: np.random.Generator) -> np.ndar
     return np.array([_DEGRADATION_SIGN.get(name, random_signs[i]) for i, name in enumerate(channels)])
 
 
-def _regime_shifts(n_units: int, n_steps: int, n_channels: int, rng: np.random.Generator) -> np.ndarray:
-    """(N, T, C) level shift of the current operating regime; switches about twice a day on average."""
-    levels = rng.normal(0.0, 0.6, size=(_N_REGIMES, n_channels))
+def _regime_shifts(n_units: int, n_steps: int, n_channels: int, rng: np.random.Generator,
+                   plant: np.random.Generator) -> np.ndarray:
+    """(N, T, C) level shift of the current operating regime (levels drawn from the `plant`); switches about
+    twice a day on average."""
+    levels = plant.normal(0.0, 0.6, size=(_N_REGIMES, n_channels))
     switches = rng.random((n_units, n_steps)) < 1.0 / 48
     segment = np.cumsum(switches, axis=1)
     regime_of_segment = rng.integers(_N_REGIMES, size=(n_units, n_steps))
@@ -60,6 +65,7 @@ def _dropout_mask(shape: tuple[int, int, int], rate: float, rng: np.random.Gener
 def simulate_fleet(cfg: SimulatorConfig, seed: int) -> pd.DataFrame:
     """Long frame of N machines: columns unit ("m000"...), time (step), one per cfg.channels, label (0/1)."""
     rng = np.random.default_rng(seed)
+    plant = rng if cfg.plant_seed is None else np.random.default_rng(cfg.plant_seed)
     n, t_max, c = cfg.n_units, cfg.n_steps, len(cfg.channels)
     steps = np.arange(t_max)
 
@@ -75,12 +81,12 @@ def simulate_fleet(cfg: SimulatorConfig, seed: int) -> pd.DataFrame:
     severity = rng.uniform(0.5, 1.5, size=(n, 1, c)) * _degradation_signs(cfg.channels, rng)
 
     phase = rng.uniform(0, 2 * np.pi, size=(n, 1, c))
-    daily = rng.uniform(0.2, 0.5, size=(1, 1, c)) * np.sin(2 * np.pi * steps[None, :, None] / cfg.steps_per_day + phase)
+    daily = plant.uniform(0.2, 0.5, size=(1, 1, c)) * np.sin(2 * np.pi * steps[None, :, None] / cfg.steps_per_day + phase)
     drift = np.cumsum(rng.normal(0.0, cfg.drift_std, size=(n, t_max, c)), axis=1)
     noise = rng.normal(0.0, cfg.noise_std, size=(n, t_max, c))
-    z = _regime_shifts(n, t_max, c, rng) + daily + drift + noise + degradation[:, :, None] * severity
+    z = _regime_shifts(n, t_max, c, rng, plant) + cfg.regime_shift + daily + drift + noise + degradation[:, :, None] * severity
 
-    level = 10.0 ** rng.uniform(0, 2, size=c)
+    level = 10.0 ** plant.uniform(0, 2, size=c)
     values = level * (1.0 + 0.1 * z)
     values[_dropout_mask(values.shape, cfg.dropout_rate, rng)] = np.nan
 

@@ -1,4 +1,5 @@
-"""Stage `molecule_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test."""
+"""Stage `molecule_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test; the training
+reference of the monitor (descriptor ranges and Morgan fingerprints, contract/reference.py)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, t
 from flows.params import load_params
 from flows.paths import MOLECULE
 from contract.manifest import sha256_file
+from contract.reference import write_reference
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
 from models.metrics import classification_metrics, regression_metrics
 from models.molecule.training import model_arrays
+from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
 
 INPUT_DOC = {
@@ -105,6 +108,7 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     card.update({"test_metrics": metrics, "calibration_error": calibration_error(task, metrics, card),
                  "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(MOLECULE.onnx)})
     write_json(MOLECULE.model_card, card)
+    write_reference(MOLECULE.reference, molecule_reference(list(prepared.splits["train"]["smiles"])))
     MOLECULE.predictions.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({"smiles": test["smiles"], "target": y, "prediction": np.round(out["prediction"], 6),
                   "uncertainty": np.round(out["uncertainty"], 6)}).to_csv(MOLECULE.predictions, index=False)

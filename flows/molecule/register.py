@@ -21,6 +21,7 @@ from flows.molecule.export import outputs, test_metrics
 from flows.molecule.plots import roc_curves
 from flows.params import load_params
 from flows.paths import MOLECULE
+from contract.reference import REFERENCE
 from flows.registry import register_and_gate
 from flows.tasks import io_task, stage_cli
 from flows.tracking import signing_key, stage_run
@@ -50,7 +51,8 @@ def register(params, card: dict, test: pd.DataFrame, new_task: bool) -> dict:
 
     sig = signature(card["task"], len(ATOM_FEATURE_SIZES), len(BOND_FEATURE_SIZES))
     return register_and_gate(params.molecule.registry, card, MOLECULE.onnx, sig, champion_metrics,
-                             signing_key(params.tracking), new_task)
+                             signing_key(params.tracking), new_task,
+                             extra_files={REFERENCE: MOLECULE.reference})
 
 
 @flow(name="molecule-register")

@@ -1,4 +1,5 @@
-"""Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test.
+"""Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test; the training
+reference of the monitor (per-channel window-mean quantile bins and a sample, contract/reference.py).
 
 The calibration (temperature or the isotonic piecewise-linear map) is part of the ONNX graph, so
 SensorPredictor, evaluation and serving all read calibrated probabilities from the same graph."""
@@ -15,11 +16,13 @@ from flows.json_io import read_json, write_json
 from flows.params import load_params
 from flows.paths import SENSOR
 from contract.manifest import sha256_file
+from contract.reference import write_reference
 from flows.sensor.artifacts import load_ensemble, load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import check_parity, export_onnx
 from models.metrics import classification_metrics
+from models.monitoring import sensor_reference
 from models.onnx_runtime import load_session, run
 from models.predictors import SensorPredictor
 from models.quantization import quantize_sensor_model
@@ -100,6 +103,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     card.update({"test_metrics": metrics, "calibration_error": metrics["ece"], "parity_max_abs_diff": max_diff,
                  "onnx_sha256": sha256_file(SENSOR.onnx)})
     write_json(SENSOR.model_card, card)
+    write_reference(SENSOR.reference, sensor_reference(prepared.windows["train"].X, prepared.channels))
     SENSOR.predictions.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame({
         "unit": test.unit, "time": test.time, "label": test.y,

@@ -15,6 +15,7 @@ from flows import plots
 from flows.json_io import read_json, write_json
 from flows.params import load_params
 from flows.paths import SENSOR
+from contract.reference import REFERENCE
 from flows.registry import register_and_gate
 from flows.sensor.artifacts import load_windows
 from flows.tasks import io_task, stage_cli
@@ -39,7 +40,8 @@ def register(params, card: dict, test, new_task: bool) -> dict:
         return classification_metrics(test.y, out["probability"], champion_card["threshold"])
 
     return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
-                             champion_metrics, signing_key(params.tracking), new_task)
+                             champion_metrics, signing_key(params.tracking), new_task,
+                             extra_files={REFERENCE: SENSOR.reference})
 
 
 @flow(name="sensor-register")

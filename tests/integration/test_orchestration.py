@@ -19,8 +19,9 @@ from tests.integration.workspace import make_workspace, merged, run, workspace_e
 
 pytestmark = pytest.mark.integration
 
-SCHEDULES = {"data_refresh": "30 1 * * *", "retrain": "0 4 * * 6", "timezone": "Europe/Berlin"}
-NAMES = {"sensor-pipeline/sensor", "molecule-pipeline/molecule", "data-refresh/nightly", "retrain/weekly"}
+SCHEDULES = {"data_refresh": "30 1 * * *", "retrain": "0 4 * * 6", "monitor": "15 * * * *", "timezone": "Europe/Berlin"}
+NAMES = {"sensor-pipeline/sensor", "molecule-pipeline/molecule", "data-refresh/nightly", "retrain/weekly",
+         "monitor/hourly"}
 
 
 def _deployments() -> dict:
@@ -56,7 +57,8 @@ def test_deployments_are_registered_with_the_schedules_from_params(served):
     crons = {name: [(s.schedule.cron, s.schedule.timezone) for s in deployments[name].schedules] for name in NAMES}
     assert crons == {"sensor-pipeline/sensor": [], "molecule-pipeline/molecule": [],
                      "data-refresh/nightly": [("30 1 * * *", "Europe/Berlin")],
-                     "retrain/weekly": [("0 4 * * 6", "Europe/Berlin")]}
+                     "retrain/weekly": [("0 4 * * 6", "Europe/Berlin")],
+                     "monitor/hourly": [("15 * * * *", "Europe/Berlin")]}
     assert not any(deployments[name].paused for name in NAMES)
     schema = deployments["sensor-pipeline/sensor"].parameter_openapi_schema["properties"]
     assert {"data_source", "data_path", "epochs", "seed", "overrides", "force"} <= set(schema)

@@ -10,6 +10,9 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from contract.manifest import load_verify_key
+from contract.reference import read_reference
+from contract.registry import download_verified
 from tests.integration.workspace import make_workspace, run
 
 pytestmark = pytest.mark.integration
@@ -50,6 +53,13 @@ def test_pipeline_registers_both_families_as_champion(pipeline):
             (root / "artifacts" / family / "export" / "model_card.json").read_text())["onnx_sha256"]
         assert metrics["baseline"]["name"] and set(metrics["model"]) >= ({"pr_auc", "ece"} if family == "sensor"
                                                                          else {"rmse", "coverage"})
+        # the version carries its signed training reference and the run's lineage tags
+        verified = download_verified(client, name, champion.version, root / "downloads" / family,
+                                     load_verify_key(root / ".keys" / "model-signing.pub"))
+        reference = read_reference(verified.directory)
+        assert "reference.npz" in verified.manifest["files"]
+        assert ("channels" in reference) if family == "sensor" else (reference["fingerprints"].dtype == "uint8")
+        assert any(tag.startswith(f"data.{family}.") for tag in champion.tags) and "git_commit" in champion.tags
     assert "sensor-failure-detector" in result.stdout and "molecular-property" in result.stdout  # summary table
 
 

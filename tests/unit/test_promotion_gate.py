@@ -36,3 +36,10 @@ def test_miscalibrated_challenger_is_refused_even_if_better():
 
 def test_nan_metric_is_refused():
     assert not decide(MAX, {"pr_auc": float("nan")}, None, 0.0).promote
+
+
+def test_a_recalibration_must_lower_the_champions_calibration_error_on_the_same_outcomes():
+    champion = {"pr_auc": 0.75, "calibration_error": 0.12}
+    assert decide(MAX, {"pr_auc": 0.75}, champion, 0.03, compare_calibration=True).promote
+    refused = decide(MAX, {"pr_auc": 0.75}, {**champion, "calibration_error": 0.02}, 0.03, compare_calibration=True)
+    assert not refused.promote and "calibration error 0.0300 is not lower than champion's 0.0200" in refused.reasons

@@ -81,3 +81,18 @@ def test_default_fleet_is_fast():
     df = simulate_fleet(SimulatorConfig(), 0)
     assert time.perf_counter() - start < 1.0
     assert df["unit"].nunique() == 40
+
+
+def test_plant_seed_keeps_the_plant_and_regime_shift_moves_every_level():
+    plant = SMALL.model_copy(update={"plant_seed": 7, "dropout_rate": 0.0, "failure_fraction": 0.2})
+    a, b = simulate_fleet(plant, 1), simulate_fleet(plant, 2)
+    channels = SMALL.channels
+    # same plant: channel levels agree within a few percent across fleets; without plant_seed they do not
+    ratio = a[channels].median() / b[channels].median()
+    assert np.allclose(ratio, 1.0, atol=0.1)
+    other = simulate_fleet(SMALL.model_copy(update={"dropout_rate": 0.0}), 2)
+    assert not np.allclose(a[channels].median() / other[channels].median(), 1.0, atol=0.1)
+    shifted = simulate_fleet(plant.model_copy(update={"regime_shift": 1.0}), 1)
+    # +1 adds 10% of each channel's (positive) level on every row of the same machines
+    difference = (shifted[channels] - a[channels]).to_numpy()
+    assert (difference > 0).all() and np.allclose(difference, difference[0], rtol=1e-9)

@@ -1,0 +1,1 @@
+"""The `monitor` flow and what it needs: reading the prediction store, reports, recalibration."""
