@@ -24,6 +24,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import orjson
 from sqlalchemy import (JSON, Column, DateTime, Float, Index, MetaData, String, Table, create_engine, delete, event,
                         func, select, tuple_)
@@ -31,6 +32,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
 DEFAULT_URL = "sqlite:///mlflow/predictions.db"
+SUMMARY_DIGITS = 6
+SUMMARY_STATS = ("mean", "std", "min", "max", "missing")
 URL_VARIABLE = "SERVING_PREDICTION_STORE"
 SQLITE = "sqlite:///"
 SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for another connection's lock before failing
@@ -227,3 +230,41 @@ def prune(engine: Engine, older_than: datetime.datetime, max_rows: int) -> int:
             doomed = doomed | predictions.c.id.in_(select(predictions.c.id).order_by(*newest_first).offset(max_rows))
         connection.execute(delete(outcomes).where(outcomes.c.prediction_id.in_(select(predictions.c.id).where(doomed))))
         return connection.execute(delete(predictions).where(doomed)).rowcount
+
+
+def _significant(values: np.ndarray) -> np.ndarray:
+    """`values` rounded to SUMMARY_DIGITS significant digits, so that JSON writes them short (NaN stays NaN)."""
+    magnitude = np.log10(np.abs(values), out=np.zeros_like(values), where=np.isfinite(values) & (values != 0))
+    shift = SUMMARY_DIGITS - 1 - np.floor(magnitude)
+    scale = 10.0 ** np.abs(shift)  # exact for the exponents sensor readings reach
+    return np.where(shift >= 0, np.round(values * scale) / scale, np.round(values / scale) * scale)
+
+
+def window_summaries(windows: np.ndarray, channels: Sequence[str]) -> list[dict]:
+    """Per window (n, T, C), NaN for missing readings: {"channels": names, "mean", "std", "min", "max": one value
+    per channel over the T steps (None for a channel with no reading), "missing": each channel's share of steps
+    without a reading}."""
+    missing = np.isnan(windows)
+    readings = np.where(missing, 0.0, windows)
+    absent = missing.sum(axis=1)  # (n, C)
+    present = windows.shape[1] - absent
+    total, squares = readings.sum(axis=1, dtype=np.float64), (readings * readings).sum(axis=1, dtype=np.float64)
+    mean = np.divide(total, present, out=np.full(total.shape, np.nan), where=present > 0)
+    variance = np.divide(squares, present, out=np.full(total.shape, np.nan), where=present > 0) - mean * mean
+    stats = np.stack([mean, np.sqrt(np.maximum(variance, 0.0)), np.fmin.reduce(windows, axis=1),
+                      np.fmax.reduce(windows, axis=1), absent / windows.shape[1]])  # (5, n, C)
+    by_stat = [[[None if value != value else value for value in window] for window in stat]
+               for stat in _significant(stats).tolist()]
+    names = list(channels)
+    return [{"channels": names, **{stat: values[i] for stat, values in zip(SUMMARY_STATS, by_stat)}}
+            for i in range(len(windows))]
+
+
+def summary_means(summaries: Sequence[dict | None], channels: Sequence[str]) -> np.ndarray:
+    """(m, C) per-window channel means, in the order of `channels`, read back from stored window summaries; NaN where
+    a channel had no reading or is not in the summary."""
+    def means(summary: dict | None) -> list[float]:
+        by_channel = dict(zip((summary or {}).get("channels", []), (summary or {}).get("mean", [])))
+        return [np.nan if by_channel.get(c) is None else float(by_channel[c]) for c in channels]
+
+    return np.array([means(s) for s in summaries], dtype=np.float64).reshape(-1, len(channels))

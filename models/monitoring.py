@@ -9,7 +9,6 @@ training molecule (the applicability domain). Outputs against labelled outcomes:
 
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 from rdkit.Chem import rdFingerprintGenerator
@@ -34,18 +33,6 @@ def window_means(windows: np.ndarray) -> np.ndarray:
     count = observed.sum(axis=2)
     total = np.where(observed, windows, 0.0).sum(axis=2)
     return np.divide(total, count, out=np.full(count.shape, np.nan), where=count > 0)
-
-
-def window_summary(windows: np.ndarray, channels: list[str]) -> list[dict]:
-    """One JSON-ready summary per window (n, C, T): {"mean", "std", "min", "max", "missing"}, each {channel: value}
-    (None where a channel is missing all window). The prediction store keeps it as `input_summary`."""
-    windows = np.asarray(windows, dtype=np.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN channels: None below
-        stats = {"mean": window_means(windows), "std": np.nanstd(windows, axis=2), "min": np.nanmin(windows, axis=2),
-                 "max": np.nanmax(windows, axis=2), "missing": np.isnan(windows).mean(axis=2)}
-    return [{name: {c: (None if np.isnan(v[i, j]) else float(v[i, j])) for j, c in enumerate(channels)}
-             for name, v in stats.items()} for i in range(len(windows))]
 
 
 def sensor_reference(windows: np.ndarray, channels: list[str], bins: int = PSI_BINS, sample: int = SUMMARY_SAMPLE,

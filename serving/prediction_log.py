@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from contract.prediction_store import engine_for, resolve_url, utc_now
+from contract.prediction_store import engine_for, resolve_url, utc_now, window_summaries
 from serving.loading import LoadedModel
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
@@ -30,8 +30,6 @@ from serving.settings import ServingSettings
 log = logging.getLogger("serving")
 PRUNE_EVERY_S = 600.0
 NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles")  # answer fields that are not the model's output
-SUMMARY_DIGITS = 6
-SUMMARY_STATS = ("mean", "std", "min", "max", "missing")
 
 
 class PredictionStoreError(RuntimeError):
@@ -40,34 +38,6 @@ class PredictionStoreError(RuntimeError):
 
 def _new_ids(count: int) -> list[str]:
     return [uuid.uuid4().hex for _ in range(count)]
-
-
-def _significant(values: np.ndarray) -> np.ndarray:
-    """`values` rounded to SUMMARY_DIGITS significant digits, so that JSON writes them short (NaN stays NaN)."""
-    magnitude = np.log10(np.abs(values), out=np.zeros_like(values), where=np.isfinite(values) & (values != 0))
-    shift = SUMMARY_DIGITS - 1 - np.floor(magnitude)
-    scale = 10.0 ** np.abs(shift)  # exact for the exponents sensor readings reach
-    return np.where(shift >= 0, np.round(values * scale) / scale, np.round(values / scale) * scale)
-
-
-def window_summaries(windows: np.ndarray, channels: Sequence[str]) -> list[dict]:
-    """Per window (n, T, C), NaN for missing readings: {"channels": names, "mean", "std", "min", "max": one value
-    per channel over the T steps (None for a channel with no reading), "missing": each channel's share of steps
-    without a reading}."""
-    missing = np.isnan(windows)
-    readings = np.where(missing, 0.0, windows)
-    absent = missing.sum(axis=1)  # (n, C)
-    present = windows.shape[1] - absent
-    total, squares = readings.sum(axis=1, dtype=np.float64), (readings * readings).sum(axis=1, dtype=np.float64)
-    mean = np.divide(total, present, out=np.full(total.shape, np.nan), where=present > 0)
-    variance = np.divide(squares, present, out=np.full(total.shape, np.nan), where=present > 0) - mean * mean
-    stats = np.stack([mean, np.sqrt(np.maximum(variance, 0.0)), np.fmin.reduce(windows, axis=1),
-                      np.fmax.reduce(windows, axis=1), absent / windows.shape[1]])  # (5, n, C)
-    by_stat = [[[None if value != value else value for value in window] for window in stat]
-               for stat in _significant(stats).tolist()]
-    names = list(channels)
-    return [{"channels": names, **{stat: values[i] for stat, values in zip(SUMMARY_STATS, by_stat)}}
-            for i in range(len(windows))]
 
 
 @dataclass(frozen=True)

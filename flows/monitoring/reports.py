@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from contract.prediction_store import summary_means
 from data.errors import DataValidationError
 from flows.config import MonitorConfig
 from models.metrics import classification_metrics, regression_metrics
@@ -23,19 +24,6 @@ ANSWER_FIELDS = ("failure_probability", "probability", "value")  # what a stored
 def served_probability(output: dict) -> float:
     """The probability a stored output answered (`failure_probability` for sensors, `probability` for molecules)."""
     return float(output.get("failure_probability", output.get("probability")))
-
-
-def summary_means(summaries: pd.Series, channels: list[str]) -> np.ndarray:
-    """(m, C) per-window channel means from stored input summaries ({"mean": {channel: value}} or
-    {channel: {"mean": value}}); NaN where a channel is missing."""
-    def mean_of(summary: dict, channel: str) -> float:
-        if isinstance(summary.get("mean"), dict):
-            value = summary["mean"].get(channel)
-        else:
-            value = (summary.get(channel) or {}).get("mean")
-        return np.nan if value is None else float(value)
-
-    return np.array([[mean_of(s or {}, c) for c in channels] for s in summaries], dtype=np.float64).reshape(-1, len(channels))
 
 
 def stored_smiles(row: pd.Series) -> str | None:

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from sklearn.linear_model import LogisticRegression
 from sqlalchemy import insert
 
-from contract.prediction_store import connect, outcomes, predictions
+from contract.prediction_store import connect, outcomes, predictions, window_summaries
 from contract.reference import REFERENCE, write_reference
 from data.sensors.config import SensorDataConfig, SimulatorConfig
 from data.sensors.featurize import WindowFeaturizer
@@ -34,7 +34,7 @@ from flows.registry import register_and_gate
 from flows.tracking import experiment_id, signing_key
 from models.calibration import choose_threshold
 from models.metrics import classification_metrics
-from models.monitoring import sensor_reference, window_summary
+from models.monitoring import sensor_reference
 from models.predictors import SensorPredictor
 
 START = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
@@ -166,7 +166,7 @@ def write_predictions(url: str, predictor: SensorPredictor, stream: Stream, name
     prediction at START + its minute, outcome `horizon` minutes later. Returns the rows written."""
     windows = stream.windows
     out = predictor.predict(windows.X)
-    summaries = window_summary(windows.X, predictor.card["channels"])
+    summaries = window_summaries(windows.X.transpose(0, 2, 1), predictor.card["channels"])
     prediction_rows, outcome_rows = [], []
     for i in range(len(windows)):
         created = START + datetime.timedelta(minutes=int(stream.minute[i]))

@@ -11,14 +11,15 @@ import pytest
 from rdkit import DataStructs
 from rdkit.Chem import rdFingerprintGenerator
 
+from contract.prediction_store import summary_means, window_summaries
 from contract.reference import read_reference, write_reference
 from data.molecules.standardize import parse_smiles
 from flows.config import MonitorConfig
-from flows.monitoring.reports import family_report, summary_means
+from flows.monitoring.reports import family_report
 from flows.monitoring.scenario import logistic_onnx
 from models.metrics import expected_calibration_error
 from models.monitoring import (bin_shares, descriptor_matrix, molecule_reference, morgan_bits, nearest_similarity,
-                               out_of_range, psi, sensor_drift, sensor_reference, window_means, window_summary)
+                               out_of_range, psi, sensor_drift, sensor_reference, window_means)
 from models.onnx_runtime import load_session, run
 from models.recalibration import apply_probability_map, compose_recalibration, fit_probability_map
 
@@ -45,16 +46,14 @@ def test_bin_shares_ignore_gaps_and_psi_of_equal_shares_is_zero():
     assert psi(shares, shares) == 0.0 and psi(shares, np.array([0.0, 0.5, 0.5])) > 0
 
 
-def test_window_summary_reports_a_channel_missing_all_window_as_none():
+def test_stored_window_summaries_read_back_as_channel_means():
     windows = _windows(2, np.zeros(3), 3)
     windows[0, 1] = np.nan
-    summary = window_summary(windows, CHANNELS)[0]
-    assert summary["mean"]["temperature"] is None and summary["missing"]["temperature"] == 1.0
-    assert summary["mean"]["vibration"] == pytest.approx(windows[0, 0].mean())
-    # the report reads this layout and the per-channel one alike
-    per_channel = {c: {"mean": summary["mean"][c]} for c in CHANNELS}
-    means = summary_means(pd.Series([summary, per_channel]), CHANNELS)
-    assert np.isnan(means[:, 1]).all() and means[0, 0] == means[1, 0] == pytest.approx(windows[0, 0].mean())
+    summaries = window_summaries(windows.transpose(0, 2, 1), CHANNELS)  # the service's layout: (n, T, C)
+    assert summaries[0]["mean"][1] is None and summaries[0]["missing"][1] == 1.0
+    means = summary_means(summaries, CHANNELS[::-1])  # read by name, in any channel order
+    assert np.isnan(means[0, -2]) and means[0, -1] == pytest.approx(windows[0, 0].mean(), rel=1e-5)
+    assert means[1, -1] == pytest.approx(windows[1, 0].mean(), rel=1e-5)
 
 
 def test_nearest_similarity_is_rdkits_bulk_tanimoto():

@@ -13,10 +13,10 @@ import time
 import numpy as np
 
 from contract.prediction_store import (connect, engine_for, find_unit_times, insert_predictions, prune, read_outcomes,
-                                       read_predictions, record_outcomes, resolve_url, utc_now)
+                                       read_predictions, record_outcomes, resolve_url, utc_now, window_summaries)
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
-from serving.prediction_log import MoleculesRecord, WindowsRecord, _Answered, window_summaries
+from serving.prediction_log import MoleculesRecord, WindowsRecord, _Answered
 from serving.prediction_log import rows_of as rows_of_records
 
 
