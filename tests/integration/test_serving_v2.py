@@ -17,31 +17,15 @@ from tritonclient.utils import InferenceServerException
 from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
-from tests.integration.test_serving import LIMITS, window_json
+from tests.integration.test_serving import LIMITS, models, registry, store, window_json  # noqa: F401
 from tests.integration.test_serving_registry import (
-    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve, shared_registry, tiny_models,
+    CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve,
 )
 
 pytestmark = pytest.mark.integration
 
 SENSOR_OUTPUTS = ("failure_probability", "alert", "uncertainty")
 SMILES = ["CCO", "not a molecule", "c1ccccc1"]
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    return tiny_models(tmp_path_factory.getbasetemp() / "models")
-
-
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    return shared_registry(tmp_path_factory.getbasetemp())
-
-
-@pytest.fixture(scope="module")
-def store(registry) -> ModelStore:
-    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
-                      prefer_cuda=False)
 
 
 @pytest.fixture(scope="module")
