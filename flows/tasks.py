@@ -95,18 +95,21 @@ def _quiet_bad_input_tracebacks() -> None:
         handler.addFilter(_NoTracebackForBadInput())
 
 
-def stage_cli(flow: Flow, **options: OptionInfo) -> None:
+def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None:
     """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
 
     `options`: more command-line options, flow parameter name -> `typer.Option(default, "--flag", help=...)`.
     The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
     Bad input or bad params exit with status 2 and a one-paragraph message, no traceback. SIGTERM or SIGINT
-    stops the stage within seconds, even inside RDKit (flows/termination.py), with status 128 + signal number.
+    stops the stage within seconds, even inside RDKit (flows/termination.py), with status 128 + signal number;
+    `stoppable=False` where the stage must not run in a forked child (a rank of torchrun, whose process group
+    exists before the stage starts and does not survive a fork; torchrun passes signals to its ranks itself).
     """
 
     def main(params: str, **values: Any) -> None:
         hold_for_stage()
-        run_stoppable()
+        if stoppable:
+            run_stoppable()
         _quiet_bad_input_tracebacks()
         try:
             runner = task_runner(load_params(params).orchestration)

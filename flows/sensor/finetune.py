@@ -126,7 +126,7 @@ def main() -> None:
         return
     with process_group(distributed):
         if distributed.is_main:
-            stage_cli(sensor_finetune)
+            stage_cli(sensor_finetune, stoppable=False)
         else:
             typer.run(follow)
 
