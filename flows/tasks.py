@@ -8,6 +8,7 @@ import importlib.util
 import inspect
 import logging
 import sys
+import traceback
 from collections.abc import Callable
 from datetime import timedelta
 from importlib.metadata import version
@@ -23,7 +24,7 @@ from data.errors import DataValidationError
 from flows.locking import hold_for_stage
 from flows.params import ParamsError, load_params
 from flows.runners import task_runner
-from flows.termination import run_stoppable
+from flows.termination import end_child, run_stoppable
 
 BAD_INPUT = (DataValidationError, ParamsError)
 
@@ -111,12 +112,19 @@ def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None
         if stoppable:
             run_stoppable()
         _quiet_bad_input_tracebacks()
+        code = 0
         try:
             runner = task_runner(load_params(params).orchestration)
             flow.with_options(task_runner=runner)(params_file=params, **values)
         except BAD_INPUT as error:
             typer.secho(f"error: {error}", fg="red", err=True)
-            sys.exit(2)
+            code = 2
+        except Exception:
+            traceback.print_exc()
+            code = 1
+        if stoppable:
+            end_child(code)
+        sys.exit(code)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     main.__signature__ = inspect.Signature([

@@ -9,6 +9,7 @@ it on, and kills the group if it is still there after STOP_GRACE_S.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -18,8 +19,19 @@ STOP_GRACE_S = 3.0
 """Seconds the stage gets to stop on its own (Prefect marks the run crashed) before the group is killed."""
 
 
+def end_child(code: int) -> None:
+    """End the forked child with `code` once Python-level work is flushed (logging, Prefect's log shipping, stdio),
+    skipping the C-level exit handlers: libraries loaded before the fork (ONNX Runtime) wait there for threads that
+    exist only in the parent, and the child would hang at exit."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def run_stoppable() -> None:
-    """Fork; the child returns and runs the stage, this process waits and exits with the child's status.
+    """Fork; the child returns and runs the stage (ending with `end_child`), this process waits and exits with the
+    child's status.
 
     On SIGTERM or SIGINT this process exits within STOP_GRACE_S with status 128 + signal number and one line on
     stderr; the child's process group (Prefect's and Dask's helper processes too) is gone by then.
