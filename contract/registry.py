@@ -30,6 +30,7 @@ DEFAULT_MODEL_NAMES = {"sensor": "sensor-failure-detector", "molecule": "molecul
 DEFAULT_TRACKING_URI = "sqlite:///mlflow/mlflow.db"
 DEFAULT_SIGNING_KEY = ".keys/model-signing.key"
 SQLITE = "sqlite:///"
+TRACKING_URI_VARIABLE = "MLFLOW_TRACKING_URI"
 
 
 class RegistryStoreError(RuntimeError):
@@ -38,7 +39,7 @@ class RegistryStoreError(RuntimeError):
 
 def resolve_tracking_uri(uri: str, root: Path) -> str:
     """MLFLOW_TRACKING_URI if set, else `uri`; a relative SQLite path is made absolute under `root`."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or uri
+    uri = os.environ.get(TRACKING_URI_VARIABLE) or uri
     if uri.startswith(SQLITE) and not uri[len(SQLITE):].startswith("/"):
         uri = SQLITE + str((root / uri[len(SQLITE):]).resolve())
     return uri

@@ -17,7 +17,7 @@ from mlflow.entities import Run, RunStatus
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 
-from contract.registry import resolve_tracking_uri, sqlite_file
+from contract.registry import TRACKING_URI_VARIABLE, resolve_tracking_uri, sqlite_file
 from flows._environment import workspace
 from flows.config import TrackingConfig
 from flows.lineage import dataset_tags, git_commit
@@ -47,8 +47,17 @@ def artifact_location(cfg: TrackingConfig, family: str) -> str:
 
 
 def use_tracking(cfg: TrackingConfig) -> None:
-    """Point this process's MLflow client at the project's store."""
+    """Point this process's MLflow client at the project's store.
+
+    MLflow also exports the URI as MLFLOW_TRACKING_URI; that is undone, so the variable keeps meaning what the
+    user set: otherwise a second `use_tracking` in the same process (a served deployment, a test session)
+    would resolve to the first store."""
+    users_uri = os.environ.get(TRACKING_URI_VARIABLE)
     mlflow.set_tracking_uri(tracking_uri(cfg))
+    if users_uri is None:
+        os.environ.pop(TRACKING_URI_VARIABLE, None)
+    else:
+        os.environ[TRACKING_URI_VARIABLE] = users_uri
 
 
 def experiment_id(cfg: TrackingConfig, family: str) -> str:

@@ -28,3 +28,15 @@ def shared_data() -> Path:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason}, and CI=true: CI must have them")
     pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def restore_tracking_variable():
+    """mlflow.set_tracking_uri exports its URI as MLFLOW_TRACKING_URI, which wins over every later params.yaml in
+    this process: each test leaves the variable as it found it."""
+    before = os.environ.get("MLFLOW_TRACKING_URI")
+    yield
+    if before is None:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
+    else:
+        os.environ["MLFLOW_TRACKING_URI"] = before
