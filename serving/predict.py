@@ -37,8 +37,9 @@ class Predictions:
         self.molecule = Batcher(self._run_molecule, **batch, size_of=graph_bytes,
                                 on_batch=metrics.batch_items.labels("molecule").observe)
         self.featurizer = Featurizer(settings.featurize_workers, settings.featurize_batch_items,
-                                     settings.featurize_batch_chars, settings.max_heavy_atoms,
-                                     settings.feature_cache_mb * 2**20,
+                                     settings.featurize_batch_chars, settings.featurize_turn_chars,
+                                     settings.max_heavy_atoms,
+                                     settings.feature_cache_mb * 2**20, settings.featurize_niceness,
                                      on_batch=metrics.batch_items.labels("featurize").observe)
         # one thread per family: a model call never waits for the other family's
         self._threads = {family: ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{family}")
