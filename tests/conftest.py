@@ -4,6 +4,7 @@ for a user without it the test skips with the reason."""
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -40,3 +41,14 @@ def restore_tracking_variable():
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stop_prefect_servers():
+    """Stop the temporary Prefect API servers that flows run in-process started, while pytest's output is still
+    open (Prefect's own exit hook logs to a closed stream otherwise)."""
+    yield
+    server = sys.modules.get("prefect.server.api.server")
+    if server is not None:
+        for instance in list(server.SubprocessASGIServer._instances.values()):
+            instance.stop()
