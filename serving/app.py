@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from contract.registry import RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
-from serving.auth import api_key_check
+from serving.auth import api_key_guard
 from serving.batching import BatcherClosed, MixedAnswer
 from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
 from serving.depict import Depicter, DepictionBroken
@@ -207,7 +207,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         embedded = orjson.dumps(layout).decode().replace("<", "\\u003c")  # no `</script>` inside the script
         return HTMLResponse(page_template.replace(PAGE_LAYOUT_SLOT, PAGE_LAYOUT_SLOT.replace("null", embedded)))
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(settings.api_key))],
+    v1 = APIRouter(prefix="/v1", dependencies=api_key_guard(settings.api_key),
                    responses=error_responses(401))
     predict_errors = error_responses(*BODY_ERRORS, 503, 504)
 

@@ -45,6 +45,8 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics):
         self.app, self.metrics = app, metrics
+        self._counters: dict[tuple[str, str, str], Counter] = {}  # labelled children, looked up once
+        self._timers: dict[tuple[str, str], Histogram] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -63,5 +65,12 @@ class RequestMetrics:
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "other")
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            self.metrics.latency.labels(scope["method"], path).observe(time.perf_counter() - start)
+            method = scope["method"]
+            counter = self._counters.get((method, path, status))
+            if counter is None:
+                counter = self._counters[method, path, status] = self.metrics.requests.labels(method, path, str(status))
+            timer = self._timers.get((method, path))
+            if timer is None:
+                timer = self._timers[method, path] = self.metrics.latency.labels(method, path)
+            counter.inc()
+            timer.observe(time.perf_counter() - start)
