@@ -96,10 +96,8 @@ class MoleculeInputs:
         answered."""
         key = (model.name, model.version)
         with self._lock:
-            items = [item[1:] for item in self._items if item[0] == key]
-        similarity, inside, outside = (np.array(column, dtype=np.float64) for column in zip(*items)) if items else (
-            np.zeros(0), np.zeros(0), np.zeros(0))
-        return similarity, inside.astype(bool), outside
+            items = np.array([item[1:] for item in self._items if item[0] == key], dtype=np.float64).reshape(-1, 3)
+        return items[:, 0], items[:, 1].astype(bool), items[:, 2]
 
 
 def sensor_drift_report(model: LoadedModel, channels: Sequence[str], means: np.ndarray,
@@ -237,8 +235,8 @@ class Monitor:
         except (SQLAlchemyError, OSError) as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
             last_key, last = self._outcomes.get(family, (None, None))
-            return (last if last_key == key else None), f"outcome metrics not refreshed: the prediction store " \
-                                                         f"cannot be read ({first})"
+            note = f"outcome figures not refreshed: the prediction store cannot be read ({first})"
+            return (last if last_key == key else None), note
         report = {"computed_at": utc_now(), **outcome_report(model, rows, self.settings)}
         self._outcomes[family] = (key, report)
         return report, None

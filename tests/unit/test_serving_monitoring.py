@@ -104,3 +104,42 @@ def test_the_alarm_thresholds_default_to_the_monitor_flows():
             defaults.monitor_drift_window, defaults.monitor_outcome_window) == (
         flow.max_psi, flow.min_similarity, flow.max_out_of_domain, flow.max_ece, flow.max_coverage_error,
         flow.min_outcomes, flow.drift_window, flow.window)
+
+
+class _Store:
+    """The two things the monitor asks a ModelStore: the families and the model served for one."""
+
+    def __init__(self, model: LoadedModel):
+        self.names, self.model = {"molecule": "model"}, model
+
+    def get(self, family: str) -> LoadedModel:
+        return self.model
+
+
+def test_a_store_that_cannot_be_read_keeps_the_last_outcome_figures_with_a_note(tmp_path):
+    from contract.prediction_store import connect, insert_predictions, record_outcomes, utc_now
+    from serving.metrics import ServiceMetrics
+    from serving.monitoring import Monitor
+    from serving.prediction_log import PredictionLog
+
+    url = f"sqlite:///{tmp_path / 'predictions.db'}"
+    model = _model({"family": "molecule", "task": "regression"})
+    insert_predictions(connect(url), [{
+        "id": "a" * 32, "created_at": utc_now(), "family": "molecule", "model_name": "model", "model_version": "1",
+        "role": "champion", "request_id": "r", "input_digest": "0" * 64, "input_summary": {}, "output": {"value": 1.0}}])
+    record_outcomes(connect(url), {"a" * 32: ("molecule", 3.0)})
+    settings = ServingSettings(prediction_store=url)
+    metrics = ServiceMetrics()
+    monitor = Monitor(_Store(model), settings, metrics, PredictionLog.from_settings(settings, metrics))
+    monitor.refresh()
+    first = monitor.answer()["families"]["molecule"]
+    assert first["outcomes"]["metrics"] == {"rmse": 2.0} and first["notes"][0].startswith("no applicability domain")
+    monitor.prediction_log.writer.engine.dispose()
+    for path in tmp_path.glob("predictions.db*"):  # the database and its write-ahead log
+        path.unlink()
+    (tmp_path / "predictions.db").write_bytes(b"not a database" * 512)
+    monitor.refresh()
+    second = monitor.answer()["families"]["molecule"]
+    assert second["outcomes"] == first["outcomes"]  # the same figures, with the time they were computed
+    assert "the prediction store cannot be read" in second["notes"][-1]
+    assert 'serving_outcome_metric{family="molecule",metric="rmse"} 2.0' in metrics.render().decode()
