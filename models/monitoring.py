@@ -10,7 +10,8 @@ from scipy.stats import ks_2samp
 
 from data.molecules.descriptors import DESCRIPTORS, molecule_descriptors
 from data.molecules.standardize import parse_smiles
-from models.drift import FINGERPRINT_BITS, FINGERPRINT_RADIUS, bin_shares, channel_drift, morgan_fingerprint, window_means
+from models.drift import (FINGERPRINT_BITS, FINGERPRINT_RADIUS, bin_shares, channel_drift, morgan_fingerprint,
+                          window_means)
 
 PSI_BINS = 10
 SUMMARY_SAMPLE = 2000

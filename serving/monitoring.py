@@ -140,7 +140,8 @@ def outcome_report(model: LoadedModel, rows: list[dict], settings: ServingSettin
     if model.card["task"] == "classification":
         p = np.array([row["output"].get("failure_probability", row["output"].get("probability")) for row in rows],
                      dtype=np.float64)
-        metrics = {"brier": brier_score(y, p), "ece": expected_calibration_error(y, p), "pr_auc": average_precision(y, p)}
+        metrics = {"brier": brier_score(y, p), "ece": expected_calibration_error(y, p),
+                   "pr_auc": average_precision(y, p)}
         error, bound = metrics["ece"], settings.monitor_max_ece
     else:
         value = np.array([row["output"]["value"] for row in rows], dtype=np.float64)
@@ -149,7 +150,8 @@ def outcome_report(model: LoadedModel, rows: list[dict], settings: ServingSettin
             half = calibration["interval_z"] * np.array([row["output"].get("uncertainty", math.nan) for row in rows],
                                                         dtype=np.float64)
             metrics["coverage"] = interval_coverage(y, value - half, value + half)
-            error, bound = abs(metrics["coverage"] - calibration["nominal_coverage"]), settings.monitor_max_coverage_error
+            error = abs(metrics["coverage"] - calibration["nominal_coverage"])
+            bound = settings.monitor_max_coverage_error
     report.update(metrics={k: _number(v) for k, v in metrics.items()}, calibration_error=error,
                   max_calibration_error=bound,
                   alarm=error is not None and len(rows) >= settings.monitor_min_items and error > bound)

@@ -33,9 +33,9 @@ def prefect_api():
     """No flow runs here: no Prefect server (overrides the integration conftest's)."""
 
 
-def monitored_app(store: ModelStore, tmp_path, **settings) -> TestClient:
+def monitored_app(model_store: ModelStore, tmp_path, **settings) -> TestClient:
     url = f"sqlite:///{tmp_path / 'predictions.db'}"
-    return TestClient(create_app(ServingSettings(**MONITORING, prediction_store=url, **settings), store=store))
+    return TestClient(create_app(ServingSettings(**MONITORING, prediction_store=url, **settings), store=model_store))
 
 
 def monitoring_when(client: TestClient, ready: Callable[[dict], bool], timeout: float = 30.0) -> dict:
@@ -54,7 +54,8 @@ def monitoring_when(client: TestClient, ready: Callable[[dict], bool], timeout: 
 def send_windows(client: TestClient, windows: np.ndarray) -> list[dict]:
     answers = []
     for start in range(0, len(windows), 50):
-        answer = client.post("/v1/sensor/predict", json={"windows": [window_json(w) for w in windows[start:start + 50]]})
+        body = {"windows": [window_json(w) for w in windows[start:start + 50]]}
+        answer = client.post("/v1/sensor/predict", json=body)
         assert answer.status_code == 200, answer.text
         answers += answer.json()["predictions"]
     return answers
@@ -80,7 +81,8 @@ def test_drifted_windows_raise_the_psi_of_the_shifted_channel_only(store, tmp_pa
 
         send_windows(client, sensor_windows(200, seed=6, shift=np.array([0.0, 2.0, 0.0])))
         sent = datetime.datetime.now(datetime.timezone.utc)
-        report = monitoring_when(client, computed_after(sent, "sensor", "input_drift"))["families"]["sensor"]["input_drift"]
+        body = monitoring_when(client, computed_after(sent, "sensor", "input_drift"))
+        report = body["families"]["sensor"]["input_drift"]
         assert report["windows"] == 200
         after = {row["channel"]: row for row in report["channels"]}
         assert after["temperature"]["psi"] > 1 and after["temperature"]["ks"] > 0.3 and after["temperature"]["alarm"]
@@ -151,9 +153,9 @@ def test_the_monitoring_route_needs_the_api_key(store, tmp_path):
 def test_a_version_without_reference_answers_without_the_domain_and_says_so(tmp_path_factory, tmp_path):
     models = tiny_models(tmp_path_factory.getbasetemp() / "models")
     bare = build_registry(tmp_path / "registry", models, references=False)
-    store = ModelStore(bare.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", bare.verify_key,
-                       prefer_cuda=False)
-    with monitored_app(store, tmp_path) as client:
+    bare_store = ModelStore(bare.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+                            bare.verify_key, prefer_cuda=False)
+    with monitored_app(bare_store, tmp_path) as client:
         wait_ready(client)
         answer = client.post("/v1/molecule/predict", json={"smiles": [TRAINING_SMILES[0]]}).json()["predictions"][0]
         assert "value" in answer and not {"nearest_similarity", "in_domain", "descriptors_out_of_range"} & set(answer)

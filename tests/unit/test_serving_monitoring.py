@@ -81,7 +81,8 @@ def test_classifier_outcomes_give_brier_ece_and_pr_auc_and_the_calibration_alarm
     rows = _labelled([{"failure_probability": 0.9}] * 100 + [{"failure_probability": 0.1}] * 100, [0.0] * 200)
     rows[0]["observed"] = 1.0
     report = outcome_report(_model(card), rows, SETTINGS)
-    assert report["outcomes"] == 200 and report["metrics"]["brier"] == pytest.approx((0.01 + 99 * 0.81 + 100 * 0.01) / 200)
+    assert report["outcomes"] == 200
+    assert report["metrics"]["brier"] == pytest.approx((0.01 + 99 * 0.81 + 100 * 0.01) / 200)
     assert report["metrics"]["ece"] == pytest.approx(0.5 * 0.89 + 0.5 * 0.1) and report["calibration_error"] > 0.07
     assert report["metrics"]["pr_auc"] == pytest.approx(0.01) and report["alarm"]
     assert not outcome_report(_model(card), rows[:99], SETTINGS)["alarm"]  # fewer than monitor_min_items
@@ -93,7 +94,8 @@ def test_regression_outcomes_give_rmse_and_the_interval_coverage():
     report = outcome_report(_model(card), _labelled(outputs, [1.0, 1.5, 2.0, 3.0, 0.0]), SETTINGS)
     assert report["outcomes"] == 4 and report["metrics"]["rmse"] == pytest.approx(np.sqrt((0.25 + 1 + 4) / 4))
     assert report["metrics"]["coverage"] == 0.75 and report["calibration_error"] == pytest.approx(0.2)
-    plain = outcome_report(_model({"family": "molecule", "task": "regression"}), _labelled(outputs[:1], [2.0]), SETTINGS)
+    plain = outcome_report(_model({"family": "molecule", "task": "regression"}), _labelled(outputs[:1], [2.0]),
+                           SETTINGS)
     assert plain["metrics"] == {"rmse": 1.0} and plain["calibration_error"] is None and not plain["alarm"]
 
 
@@ -126,7 +128,8 @@ def test_a_store_that_cannot_be_read_keeps_the_last_outcome_figures_with_a_note(
     model = _model({"family": "molecule", "task": "regression"})
     insert_predictions(connect(url), [{
         "id": "a" * 32, "created_at": utc_now(), "family": "molecule", "model_name": "model", "model_version": "1",
-        "role": "champion", "request_id": "r", "input_digest": "0" * 64, "input_summary": {}, "output": {"value": 1.0}}])
+        "role": "champion", "request_id": "r", "input_digest": "0" * 64, "input_summary": {},
+        "output": {"value": 1.0}}])
     record_outcomes(connect(url), {"a" * 32: ("molecule", 3.0)})
     settings = ServingSettings(prediction_store=url)
     metrics = ServiceMetrics()
