@@ -1,5 +1,5 @@
 """The FastAPI app: health and readiness, model info, the two predict endpoints, feedback, depiction, reload,
-metrics, the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
+monitoring, metrics, the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
+from serving.monitoring import Monitor, monitoring_router
 from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
 from serving.prediction_log import PredictionLog
@@ -101,6 +102,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     predictions = Predictions(store, settings, metrics)
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
     prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
+    monitor = Monitor(store, settings, metrics, prediction_log)  # drift, domain and outcome figures, in the background
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -122,10 +124,14 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         await predictions.start()
         prediction_log.start()
         poller = asyncio.create_task(poll())
+        monitoring = asyncio.create_task(monitor.run())
         yield
+        monitoring.cancel()
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
+        with contextlib.suppress(asyncio.CancelledError):
+            await monitoring
         await predictions.stop()
         await depicter.stop()
         await asyncio.to_thread(prediction_log.stop, settings.shutdown_timeout_s)
@@ -136,6 +142,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.predictions = predictions
     app.state.prediction_log = prediction_log
+    app.state.monitor = monitor
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     if settings.cors_origins:  # outermost, so that refusals (413, 401) reach the allowed pages too
@@ -229,6 +236,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         metrics.request_items.labels("sensor").observe(len(windows))
         rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
         prediction_log.record_windows(windows, rows, model, body.units, body.times)
+        monitor.record_windows(windows, model)
         return _answer(model, rows)
 
     @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, responses=predict_errors)
@@ -241,6 +249,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         metrics.request_items.labels("molecule").observe(len(body.smiles))
         rows, model = await within_deadline(request, predictions.predict_smiles(body.smiles), settings.request_timeout_s)
         prediction_log.record_smiles(rows, model)
+        monitor.record_smiles(rows, model)
         return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
@@ -259,6 +268,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
                 "problems": store.problems}
 
     v1.include_router(feedback_router(prediction_log, settings.max_items))
+    v1.include_router(monitoring_router(monitor))
     app.include_router(v1)
     app.include_router(protocol_router(settings, store, predictions, metrics))
     app.include_router(admin_router(settings.admin_key, reload))

@@ -1,5 +1,6 @@
-"""Molecule featurisation off the event loop: SMILES -> MolGraph in a pool of worker processes, interleaved
-fairly between requests (serving.batching), with a byte-bounded cache of recent answers."""
+"""Molecule featurisation off the event loop: SMILES -> MolGraph and Morgan fingerprint (for the applicability
+domain, serving.domain) in a pool of worker processes, interleaved fairly between requests (serving.batching),
+with a byte-bounded cache of recent answers."""
 
 from __future__ import annotations
 
@@ -11,14 +12,29 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+import numpy as np
 
 from threadpoolctl import threadpool_limits
 
 from data.errors import DataValidationError
-from data.molecules.featurize import MolGraph, featurize_smiles
+from data.molecules.featurize import MolGraph, featurize_mol
+from data.molecules.standardize import parse_smiles, standardize_mol
+from models.drift import morgan_fingerprint
 from serving.batching import Batcher
 
-Featurized = MolGraph | str  # the graph, or why the SMILES could not be featurised
+
+@dataclass(frozen=True)
+class Molecule:
+    """A featurised SMILES: the model's graph and the packed Morgan bits (FINGERPRINT_BITS / 8,) uint8 of the same
+    standardised molecule."""
+
+    graph: MolGraph
+    fingerprint: np.ndarray
+
+
+Featurized = Molecule | str  # the molecule, or why the SMILES could not be featurised
 
 
 class FeaturizerBroken(RuntimeError):
@@ -36,11 +52,13 @@ def _setup_worker(niceness: int) -> None:
 
 
 def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
-    """Each SMILES' graph, or the one-line reason it has none (runs in a worker process)."""
+    """Each SMILES' molecule (parsed and standardised as in training: data.molecules.featurize.featurize_smiles),
+    or the one-line reason it has none (runs in a worker process)."""
     out: list[Featurized] = []
     for item in smiles:
         try:
-            out.append(featurize_smiles(item, max_heavy_atoms=max_heavy_atoms))
+            mol = standardize_mol(parse_smiles(item, max_heavy_atoms))
+            out.append(Molecule(featurize_mol(mol), morgan_fingerprint(mol)))
         except DataValidationError as error:
             out.append(str(error))
     return out
@@ -49,6 +67,10 @@ def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
 def graph_bytes(graph: MolGraph) -> int:
     return sum(a.nbytes for a in (graph.atom_features, graph.edge_index, graph.bond_features, graph.positional,
                                   graph.descriptors))
+
+
+def molecule_bytes(molecule: Molecule) -> int:
+    return graph_bytes(molecule.graph) + molecule.fingerprint.nbytes
 
 
 class FeatureCache:
@@ -76,7 +98,7 @@ class FeatureCache:
 
     @staticmethod
     def _size(smiles: str, value: Featurized) -> int:
-        return len(smiles) + (len(value) if isinstance(value, str) else graph_bytes(value))
+        return len(smiles) + (len(value) if isinstance(value, str) else molecule_bytes(value))
 
 
 class Featurizer:
@@ -96,7 +118,7 @@ class Featurizer:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["data.molecules.featurize"])
+        context.set_forkserver_preload(["data.molecules.featurize", "models.drift"])
         return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_setup_worker,
                                    initargs=(self.niceness,))
 

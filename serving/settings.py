@@ -65,6 +65,25 @@ class ServingSettings(BaseSettings):
                                        "more are dropped and counted")
     prediction_retention_days: float = Field(90.0, gt=0, description="older predictions and their outcomes are deleted")
     prediction_max_rows: int = Field(1_000_000, ge=1, description="the oldest predictions beyond this many are deleted")
+    # The service's own monitoring (/v1/monitoring, serving/monitoring.py). The defaults are those of the params
+    # file's `monitor` section, which the service does not read (docs/monitoring.md).
+    monitor_seconds: float = Field(30.0, gt=0, description="how often the monitoring figures are recomputed, in the "
+                                   "background")
+    monitor_drift_window: int = Field(1000, ge=10, description="recent sensor windows and molecules (per worker "
+                                      "process) compared with the served version's training reference")
+    monitor_outcome_window: int = Field(2000, ge=10, description="the last N labelled outcomes of the served version "
+                                        "that are judged")
+    monitor_min_items: int = Field(200, ge=1, description="fewer recent inputs or labelled outcomes: figures are shown "
+                                   "but raise no alarm")
+    monitor_max_psi: float = Field(0.25, gt=0, description="sensor: drift alarm when a channel's PSI is above this")
+    monitor_min_similarity: float = Field(0.3, ge=0, le=1, description="molecule: `in_domain` is false when the "
+                                          "nearest training molecule's Tanimoto similarity is below this")
+    monitor_max_out_of_domain: float = Field(0.3, ge=0, le=1, description="molecule: alarm when a larger share of "
+                                             "recent molecules is outside the applicability domain")
+    monitor_max_ece: float = Field(0.07, gt=0, le=1, description="classifiers: calibration alarm when the ECE of "
+                                   "recent outcomes is above this")
+    monitor_max_coverage_error: float = Field(0.1, gt=0, le=1, description="molecule regression: calibration alarm "
+                                              "when |interval coverage - nominal| is above this")
 
     @model_validator(mode="after")
     def _share_the_cores(self) -> ServingSettings:
