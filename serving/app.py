@@ -110,19 +110,25 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
             metrics.model_version.labels(family, model.name).set(float(model.version))
         return changes
 
+    async def poll_once() -> None:
+        try:
+            await refresh()
+        except Exception:  # the registry may be briefly unreachable; try again next round
+            log.exception("registry poll failed")
+
     async def poll() -> None:
         while True:
-            try:
-                await refresh()
-            except Exception:  # the registry may be briefly unreachable; try again next round
-                log.exception("registry poll failed")
             await asyncio.sleep(settings.poll_seconds)
+            await poll_once()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
         restore_signals = _close_on_signals(predictions.close)
         await predictions.start()
         prediction_log.start()
+        # The first round is part of start-up: uvicorn accepts connections only after it, so with several workers
+        # none answers before it has loaded the models (or knows why it cannot).
+        await poll_once()
         poller = asyncio.create_task(poll())
         monitoring = asyncio.create_task(monitor.run())
         yield

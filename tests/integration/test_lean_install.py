@@ -59,7 +59,7 @@ def test_the_lean_service_starts_and_answers(lean_python, tmp_path_factory):
     env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
            "SERVING_PARAMS_FILE": str(PROJECT / "params.yaml"), "SERVING_PORT": str(port),
            "SERVING_PREFER_CUDA": "false", "SERVING_MONITOR_SECONDS": "0.5",
-           "SERVING_WORKERS": "1"}  # one process: the one that says it is ready answers every request
+           "SERVING_WORKERS": "1"}  # one process: each worker monitors the inputs it answered itself
     scratch = tmp_path_factory.mktemp("lean-run")  # not the project folder: its code must come from the venv
     service = subprocess.Popen([str(lean_python), "-m", "serving"], cwd=scratch, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

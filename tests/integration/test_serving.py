@@ -292,3 +292,14 @@ def _ready(url: str) -> bool:
         return httpx.get(f"{url}/ready").status_code == 200
     except httpx.TransportError:
         return False
+
+
+
+def test_start_up_loads_the_models_before_the_first_request(registry):
+    """Loading is part of start-up (uvicorn accepts connections only after it), so with several workers none
+    answers 'not ready' once it answers at all."""
+    fresh = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+                       registry.verify_key, prefer_cuda=False)
+    with TestClient(create_app(ServingSettings(**LIMITS), store=fresh)) as client:
+        first = client.get("/ready")
+    assert first.status_code == 200 and first.json()["models"] == {"sensor": "2", "molecule": "1"}
