@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from mlflow import MlflowClient
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from contract.audit import read_moves
 from contract.prediction_store import connect, read_predictions
@@ -62,7 +63,7 @@ def predict(client: TestClient, stream, start: int, count: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def rollout(tmp_path_factory):
+def rollout(tmp_path_factory, prefect_api):
     root = tmp_path_factory.mktemp("rollout")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(root)  # the flow's workspace
@@ -96,7 +97,9 @@ def rollout(tmp_path_factory):
                 feedback = client.post("/v1/feedback", json={"outcomes": outcomes})
                 assert feedback.status_code == 200 and feedback.json()["accepted"] == len(outcomes), feedback.text
             metrics = client.get("/metrics").text
-            report = monitor(params_file=str(params_file))
+            # the conftest's server: Prefect read its settings when this module imported it, before the variable
+            with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
+                report = monitor(params_file=str(params_file))
             changes = client.app.state.store.refresh()  # what the next registry poll does
             after = client.get("/v1/models").json()
             after_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(10)]
@@ -144,11 +147,14 @@ def test_in_canary_the_response_names_the_model_that_answered(rollout):
 def test_the_judge_rolls_back_and_reports_the_share_the_challenger_answered(rollout):
     judged = rollout["report"]["sensor"]["rollout"]
     challenger = str(rollout["broken"]["registered_version"])
-    answered = [a["model"]["version"] for a in rollout["answers"]].count(challenger)
+    versions = [a["model"]["version"] for a in rollout["answers"]]
+    answered, first = versions.count(challenger), versions.index(challenger)
     assert judged["decision"] == "rollback" and judged["challenger_version"] == challenger
     assert any(r.startswith("calibration degrades") for r in judged["reasons"])
     assert judged["challenger"]["requests"] == answered and judged["challenger"]["error_rate"] == 0
-    assert judged["answered_share"] == pytest.approx(answered / REQUESTS)
+    # the judged period starts at the challenger's first prediction
+    assert judged["answered_share"] == pytest.approx(answered / (REQUESTS - first))
+    assert judged["champion"]["requests"] == REQUESTS - first - answered
     assert judged["challenger"]["outcomes"]["n"] == answered * PER_REQUEST
     assert alias_version(rollout["client"], rollout["params"].sensor.registry.model_name, CHALLENGER) == rollout["champion"]
     assert alias_version(rollout["client"], rollout["params"].sensor.registry.model_name, CHAMPION) == rollout["champion"]
