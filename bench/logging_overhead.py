@@ -39,7 +39,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.serving import RESULTS, bodies, free_port, load  # noqa: E402
+from bench.serving import FALLBACK_SMILES, RESULTS, Kind, drive, free_port  # noqa: E402
 from contract.prediction_store import engine_for  # noqa: E402
 from serving.loading import LoadedModel  # noqa: E402
 from serving.log_writer import StoreWriter  # noqa: E402
@@ -83,10 +83,30 @@ def cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
+def bodies(model: dict) -> list[dict]:
+    """16 one-item bodies: a random sensor window (T, C), or one of bench/serving.py's fallback SMILES."""
+    if model["family"] == "sensor":
+        rng = np.random.default_rng(0)
+        return [{"windows": np.round(rng.normal(size=(1, model["window"], len(model["channels"]))), 3).tolist()}
+                for _ in range(16)]
+    return [{"smiles": [smiles]} for smiles in FALLBACK_SMILES[:16]]
+
+
 def fleet_bodies(model: dict) -> list[dict]:
-    """bench/serving.py's one-item bodies; sensor windows also name their unit and time."""
+    """The one-item bodies; sensor windows also name their unit and time, as a fleet sends them."""
     return [{**body, "units": [f"unit-{i % 8}"], "times": [float(i)]} if model["family"] == "sensor" else body
             for i, body in enumerate(bodies(model))]
+
+
+def load(url: str, path: str, payloads: list[dict], clients: int, seconds: float, headers: dict) -> dict:
+    """bench/serving.py's keep-alive load generator: `clients` clients posting `payloads` in turn for `seconds`.
+    Returns requests, errors, throughput_rps (answered ones) and p99_ms."""
+    encoded = [json.dumps(payload).encode() for payload in payloads]
+    raw = "".join(f"{key}: {value}\r\n" for key, value in headers.items()).encode()
+    kind = Kind("load", path, lambda n: encoded[n % len(encoded)], 1)
+    result = asyncio.run(drive(url, [[kind]] * clients, seconds, raw))["load"]
+    return {"requests": result["requests"], "errors": result["errors"], "throughput_rps": result["items_per_s"],
+            "p99_ms": result["p99_ms"]}
 
 
 def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
@@ -180,12 +200,12 @@ def main() -> None:
         for model in info["models"]:
             payloads, path = fleet_bodies(model), f"/v1/{model['family']}/predict"
             for url, _ in services.values():
-                asyncio.run(load(url, path, payloads, 2, 1.0, headers))  # warm-up
+                load(url, path, payloads, 2, 1.0, headers)  # warm-up
             for round_ in range(args.rounds):
                 for mode in MODES[round_ % len(MODES):] + MODES[:round_ % len(MODES)]:
                     url, process = services[mode]
                     before = cpu_seconds(process)
-                    result = asyncio.run(load(url, path, payloads, args.clients, args.seconds, headers))
+                    result = load(url, path, payloads, args.clients, args.seconds, headers)
                     cpu_ms = 1000 * (cpu_seconds(process) - before) / max(result["requests"], 1)
                     runs.append({"family": model["family"], "version": model["version"], "mode": mode,
                                  "round": round_, **result, "service_cpu_ms_per_request": round(cpu_ms, 3)})
