@@ -262,7 +262,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def reload() -> dict:
         changes = await refresh()
         return {"changes": changes, "models": [m.describe() for m in store.models.values()],
-                "problems": store.problems}
+                "problems": store.problems, "rollout": rollout.describe()}
 
     v1.include_router(feedback_router(prediction_log, settings.max_items))
     app.include_router(v1)
