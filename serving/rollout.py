@@ -95,7 +95,8 @@ class Rollout:
         return answers, model
 
     async def _call(self, family: str, role: str, request_id: str, predict: ModelCall, record: Record,
-                    failed_answers: Callable[[], list[dict]], logged_as: str | None = None) -> tuple[list[dict], LoadedModel]:
+                    failed_answers: Callable[[], list[dict]],
+                    logged_as: str | None = None) -> tuple[list[dict], LoadedModel]:
         """One timed model call of `role`, counted and recorded as `logged_as` (default: `role`)."""
         logged_as = logged_as or role
         model = self.predictions.model_of(family, role)

@@ -75,7 +75,8 @@ def summarize(rows: list[dict], card: dict) -> dict:
     requests = len({row["request_id"] for row in rows})
     labelled = [row for row in rows if row["observed"] is not None and not row["failed"]
                 and any(row["output"].get(k) is not None for k in ANSWER_FIELDS)]
-    return {"requests": requests, "failed_requests": len(failed), "error_rate": len(failed) / requests if requests else 0.0,
+    return {"requests": requests, "failed_requests": len(failed),
+            "error_rate": len(failed) / requests if requests else 0.0,
             "p99_ms": float(np.quantile(list(latency.values()), 0.99)) if latency else None,
             "outcomes": quality(card, labelled) if labelled else {"n": 0}}
 
