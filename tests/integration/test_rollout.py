@@ -4,12 +4,15 @@ by the gate) the challenger. The real app (FastAPI TestClient over create_app, O
 registry) runs it in shadow, then in canary while the drifted fleet is replayed through the HTTP API and its
 outcomes sent to /v1/feedback; the `monitor` flow (real Prefect) judges: it rolls the challenger back, the alias
 audit log and the registry record the move, the report states the share the challenger answered, and the service
-stops running the challenger at its next refresh."""
+stops running the challenger at its next refresh. A challenger whose files no longer match its signed manifest is
+then refused and reported, and the champion keeps answering."""
 
 from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pytest
@@ -19,13 +22,14 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from contract.audit import read_moves
 from contract.prediction_store import connect, read_predictions
-from contract.registry import CHALLENGER, CHAMPION, alias_version, audit_trail
+from contract.registry import CHALLENGER, CHAMPION, RegistrySettings, alias_version, audit_trail, move_alias
 from flows.monitor import monitor
 from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
 from flows.params import load_params
 from flows.tracking import use_tracking
 from serving.app import create_app
 from serving.settings import ServingSettings
+from serving.store import ModelStore
 
 pytestmark = pytest.mark.integration
 
@@ -39,9 +43,13 @@ def window_json(window: np.ndarray) -> list:
 
 
 def service(params_file, store_url: str, rollout: str) -> TestClient:
+    """The app serving the sensor family only (the scenario has no molecule model), so /ready means it."""
     settings = ServingSettings(params_file=str(params_file), prediction_store=store_url, rollout=rollout,
                                canary_share=SHARE, prefer_cuda=False, poll_seconds=3600, featurize_workers=1)
-    return TestClient(create_app(settings))
+    registry = RegistrySettings.from_params(params_file)
+    store = ModelStore(registry.tracking_uri, {"sensor": registry.model_names["sensor"]}, CHAMPION,
+                       registry.verify_key, prefer_cuda=False, challenger_alias=CHALLENGER)
+    return TestClient(create_app(settings, store=store))
 
 
 def wait_for_challenger(client: TestClient, timeout: float = 60.0) -> dict:
@@ -103,10 +111,23 @@ def rollout(tmp_path_factory, prefect_api):
             changes = client.app.state.store.refresh()  # what the next registry poll does
             after = client.get("/v1/models").json()
             after_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(10)]
+            registry, name, challenger = MlflowClient(), params.sensor.registry.model_name, str(broken["registered_version"])
+            aliases = {alias: alias_version(registry, name, alias) for alias in (CHAMPION, CHALLENGER)}
+            moves, trail = read_moves(root / "mlflow" / "alias_moves.jsonl"), audit_trail(registry, name)
+
+            # the broken version's card edited after signing, and made challenger again by hand
+            folder = Path(urlparse(registry.get_model_version_download_uri(name, challenger)).path)
+            card = json.loads((folder / "card.json").read_text())
+            (folder / "card.json").write_text(json.dumps({**card, "threshold": 0.01}))
+            move_alias(registry, name, CHALLENGER, challenger, "test_rollout", "a tampered challenger")
+            tampered = client.app.state.store.refresh()
+            tampered_ready = client.get("/ready")
+            tampered_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(5)]
         yield {"params": params, "client": MlflowClient(), "root": root, "champion": str(champion["registered_version"]),
                "broken": broken, "shadow_models": shadow_models, "shadow_answers": shadow_answers,
                "shadow_rows": shadow_rows, "canary_models": canary_models, "answers": answers, "metrics": metrics,
-               "report": report, "changes": changes, "after": after, "after_answers": after_answers}
+               "report": report, "changes": changes, "after": after, "after_answers": after_answers, "moves": moves, "trail": trail, "aliases": aliases,
+               "tampered": tampered, "tampered_ready": tampered_ready, "tampered_answers": tampered_answers}
 
 
 def test_the_broken_challenger_is_signed_refused_by_the_gate_and_run_by_the_service(rollout):
@@ -156,13 +177,12 @@ def test_the_judge_rolls_back_and_reports_the_share_the_challenger_answered(roll
     assert judged["answered_share"] == pytest.approx(answered / (REQUESTS - first))
     assert judged["champion"]["requests"] == REQUESTS - first - answered
     assert judged["challenger"]["outcomes"]["n"] == answered * PER_REQUEST
-    assert alias_version(rollout["client"], rollout["params"].sensor.registry.model_name, CHALLENGER) == rollout["champion"]
-    assert alias_version(rollout["client"], rollout["params"].sensor.registry.model_name, CHAMPION) == rollout["champion"]
+    assert rollout["aliases"] == {CHAMPION: rollout["champion"], CHALLENGER: rollout["champion"]}
 
 
 def test_the_move_is_in_the_audit_log_and_the_registry_and_the_report_in_mlflow(rollout):
     client, name = rollout["client"], rollout["params"].sensor.registry.model_name
-    moves = read_moves(rollout["root"] / "mlflow" / "alias_moves.jsonl")
+    moves = rollout["moves"]
     challenger = str(rollout["broken"]["registered_version"])
     # the gate set champion (v1) and challenger (v1, then v2); the judge moved challenger back
     assert [(m["alias"], m["from"], m["to"]) for m in moves] == [
@@ -170,7 +190,7 @@ def test_the_move_is_in_the_audit_log_and_the_registry_and_the_report_in_mlflow(
     last = moves[-1]
     assert last["by"].startswith("flows.monitor (rollout judge)") and last["model"] == name
     assert last["why"].startswith(f"rollback of version {challenger}: calibration degrades")
-    assert audit_trail(client, name)[-1]["sha256"] == last["sha256"]
+    assert rollout["trail"][-1]["sha256"] == last["sha256"]
     runs = client.search_runs([client.get_experiment_by_name("sensor").experiment_id], "tags.stage = 'monitor'")
     assert len(runs) == 1 and runs[0].data.tags["monitor.rollout"] == "rollback"
     logged = json.loads(open(client.download_artifacts(runs[0].info.run_id, "monitor_report.json")).read())
@@ -182,3 +202,11 @@ def test_after_the_rollback_the_service_runs_no_challenger(rollout):
     assert rollout["changes"]["sensor.challenger"] == f"no challenger (was version {rollout['broken']['registered_version']})"
     assert rollout["after"]["rollout"]["challengers"] == []
     assert {a["model"]["version"] for a in rollout["after_answers"]} == {rollout["champion"]}
+
+
+def test_a_tampered_challenger_is_refused_and_reported_and_the_champion_keeps_answering(rollout):
+    problem = rollout["tampered"]["sensor.challenger"]
+    assert problem.startswith("refused to run the challenger") and "card.json" in problem
+    assert rollout["tampered_ready"].status_code == 200
+    assert rollout["tampered_ready"].json()["problems"]["sensor.challenger"] == problem
+    assert {a["model"]["version"] for a in rollout["tampered_answers"]} == {rollout["champion"]}
