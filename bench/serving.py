@@ -34,6 +34,7 @@ import numpy as np
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the project's `serving` package, not this script of the same name
 RESULTS = ROOT / "bench" / "results"
 ESOL = ROOT.parent / "shared" / "data" / "esol" / "delaney-processed.csv"
 FALLBACK_SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "ClC(Cl)Cl", "CCN(CC)CC",
@@ -250,16 +251,15 @@ def scenarios(models: dict[str, dict], smiles: list[str], predictors: dict) -> d
     return out
 
 
-def load_predictors(models: dict[str, dict], tracking_uri: str | None) -> dict:
-    """The served versions, loaded here from the same registry (for the in-process reference)."""
-    from flows.params import load_params  # the pipeline's registry names, as the service reads them
-    from flows.tracking import tracking_uri as project_uri
+def load_predictors(models: dict[str, dict], tracking_uri: str | None, verify_key: str | None) -> dict:
+    """The served versions, loaded here from the same registry and verified with the same key as the service
+    (the params file's `tracking` and registry names; `tracking_uri` and `verify_key` win when given)."""
+    from contract.registry import RegistrySettings
     from serving.store import ModelStore
 
-    params = load_params(ROOT / "params.yaml")
-    names = {"sensor": params.sensor.registry.model_name, "molecule": params.molecule.registry.model_name}
-    store = ModelStore(tracking_uri or project_uri(params.tracking), {f: names[f] for f in models}, "champion",
-                       prefer_cuda=False)
+    registry = RegistrySettings.from_params(ROOT / "params.yaml")
+    store = ModelStore(tracking_uri or registry.tracking_uri, {f: registry.model_names[f] for f in models},
+                       "champion", Path(verify_key or registry.verify_key), prefer_cuda=False)
     store.refresh()
     return {family: store.get(family).predictor for family in models}
 
@@ -323,14 +323,16 @@ def main() -> None:
     api_key = os.environ.get("SERVING_API_KEY")
     headers = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
     tracking_uri, models_label = os.environ.get("MLFLOW_TRACKING_URI"), "the project's champions"
+    env = {}
     if args.tiny:
-        sys.path.insert(0, str(ROOT))
         from tests.integration.test_serving_registry import shared_registry
 
         database = args.tiny / "registry" / "mlflow.db"
         tracking_uri = f"sqlite:///{database}" if database.exists() else shared_registry(args.tiny).uri
+        env["SERVING_VERIFY_KEY"] = str(args.tiny / "registry" / "keys" / "signing.pub")
         models_label = "the tests' tiny models (tests/integration/test_serving_registry.py)"
-    env = {"MLFLOW_TRACKING_URI": tracking_uri} if tracking_uri else {}
+    if tracking_uri:
+        env["MLFLOW_TRACKING_URI"] = tracking_uri
     env["SERVING_PREFER_CUDA"] = os.environ.get("SERVING_PREFER_CUDA", "false")
     service_env = {k: v for k, v in os.environ.items() if k.startswith("SERVING_")}
     smiles = drug_like(args.smiles)
@@ -339,7 +341,8 @@ def main() -> None:
         info = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
         models = {m["family"]: m for m in info["models"]}
         notes = [f"{family}: not benchmarked, {problem}" for family, problem in info["problems"].items()]
-        predictors = load_predictors(models, tracking_uri)
+        predictors = load_predictors(models, tracking_uri,
+                                     env.get("SERVING_VERIFY_KEY") or os.environ.get("SERVING_VERIFY_KEY"))
         rows = []
         for name, scenario in scenarios(models, smiles, predictors).items():
             if args.only and name not in args.only.split(","):

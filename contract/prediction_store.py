@@ -1,6 +1,7 @@
 """The prediction store: every prediction the service answers (or runs in shadow) and the outcomes observed
 later, in SQL: SQLite inside the project by default, PostgreSQL by URL. The service writes it; the `monitor`
-flow reads it. SQLAlchemy Core tables; the schema is created on first use.
+flow and the service's own monitoring (serving/monitoring.py) read it. SQLAlchemy Core tables; the schema is
+created on first use.
 
 Tables (one row per item, not per request):
 - `predictions`: id (the `prediction_id` a response carries), created_at (UTC), family, model_name,
@@ -8,10 +9,12 @@ Tables (one row per item, not per request):
   (pairs a shadow row with the answered one), unit and time (sensor windows, optional), input_digest (sha256 of
   the item: a window's float32 (T, C) bytes, a SMILES' UTF-8 as sent), input_summary (JSON: sensor
   {"channels": names, "mean", "std", "min", "max", "missing": one value per channel, null for a channel without
-  readings}; molecule {"canonical_smiles"}, later also descriptors and the nearest-neighbour Tanimoto similarity to
-  the training set), output (JSON: the answered fields, without the id and SMILES; empty when the model call
-  failed), latency_ms (the request's model call, queueing and featurisation included) and failed (whether that
-  call raised): what the rollout judge reads for the service SLOs. Both are null in rows written before them.
+  readings}; molecule {"canonical_smiles"} and, when the served version has a training reference, its applicability
+  domain: "nearest_similarity" (Tanimoto to the nearest training molecule), "in_domain" and
+  "descriptors_out_of_range" (share of descriptors outside the training range)), output (JSON: the answered
+  fields, without the id, the SMILES and the applicability domain; empty when the model call failed), latency_ms
+  (the request's model call, queueing and featurisation included) and failed (whether that call raised): what the
+  rollout judge reads for the service SLOs. Both are null in rows written before them.
 - `outcomes`: prediction_id, family, observed (label 0/1 or value), received_at (UTC).
 
 Both sides find the store the same way (`resolve_url`): SERVING_PREDICTION_STORE when set, else DEFAULT_URL, a
@@ -271,6 +274,40 @@ def read_outcomes(engine: Engine, family: str | None = None,
         rows = [dict(row._mapping) for row in connection.execute(query)]
     for row in rows:
         row["received_at"] = _utc(row["received_at"])
+    return rows
+
+
+def _of_version(family: str, name: str, version: str):
+    return (predictions.c.family == family, predictions.c.model_name == name,
+            predictions.c.model_version == str(version))
+
+
+def recent_predictions(engine: Engine, family: str, name: str, version: str, limit: int) -> list[dict]:
+    """The last `limit` predictions of `name` version `version`, oldest first: id, created_at, unit, time,
+    input_summary (dict), output (dict)."""
+    query = (select(predictions.c.id, predictions.c.created_at, predictions.c.unit, predictions.c.time,
+                    predictions.c.input_summary, predictions.c.output)
+             .where(*_of_version(family, name, version))
+             .order_by(predictions.c.created_at.desc(), predictions.c.id.desc()).limit(limit))
+    with engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)][::-1]
+    for row in rows:
+        row["created_at"] = _utc(row["created_at"])
+    return rows
+
+
+def labelled_predictions(engine: Engine, family: str, name: str, version: str, limit: int) -> list[dict]:
+    """The last `limit` predictions of `name` version `version` with an outcome (by the time the outcome came),
+    oldest first: id, created_at, received_at, unit, output (dict), observed (float)."""
+    query = (select(predictions.c.id, predictions.c.created_at, outcomes.c.received_at, predictions.c.unit,
+                    predictions.c.output, outcomes.c.observed)
+             .join(outcomes, outcomes.c.prediction_id == predictions.c.id)
+             .where(*_of_version(family, name, version))
+             .order_by(outcomes.c.received_at.desc(), predictions.c.id.desc()).limit(limit))
+    with engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)][::-1]
+    for row in rows:
+        row["created_at"], row["received_at"] = _utc(row["created_at"]), _utc(row["received_at"])
     return rows
 
 

@@ -1,33 +1,12 @@
-"""Test and validation metrics (numpy/scikit-learn, torch-free)."""
+"""Test and validation metrics (numpy/scikit-learn, torch-free); those the service also computes live in
+models/quality.py (numpy alone)."""
 
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import (
-    average_precision_score,
-    brier_score_loss,
-    fbeta_score,
-    mean_absolute_error,
-    precision_recall_curve,
-    r2_score,
-    roc_auc_score,
-)
+from sklearn.metrics import fbeta_score, mean_absolute_error, precision_recall_curve, r2_score, roc_auc_score
 
-
-def expected_calibration_error(y: np.ndarray, p: np.ndarray, n_bins: int = 15) -> float:
-    """ECE with equal-width bins: sum over bins of |accuracy - confidence| weighted by bin share.
-
-    y: (n,) 0/1 labels; p: (n,) probabilities of class 1.
-    """
-    y = np.asarray(y, dtype=float)
-    p = np.asarray(p, dtype=float)
-    bins = np.minimum((p * n_bins).astype(int), n_bins - 1)
-    ece = 0.0
-    for b in range(n_bins):
-        in_bin = bins == b
-        if in_bin.any():
-            ece += in_bin.mean() * abs(y[in_bin].mean() - p[in_bin].mean())
-    return float(ece)
+from models.quality import average_precision, brier_score, expected_calibration_error, interval_coverage, rmse
 
 
 def recall_at_precision(y: np.ndarray, p: np.ndarray, min_precision: float) -> float:
@@ -46,11 +25,11 @@ def classification_metrics(y: np.ndarray, p: np.ndarray, threshold: float = 0.5)
     p = np.asarray(p, dtype=float)
     both = len(np.unique(y)) == 2
     return {
-        "pr_auc": float(average_precision_score(y, p)) if both else float("nan"),
+        "pr_auc": average_precision(y, p),
         "roc_auc": float(roc_auc_score(y, p)) if both else float("nan"),
         "recall_at_p90": recall_at_precision(y, p, 0.9) if both else float("nan"),
         "f2": float(fbeta_score(y, (p >= threshold).astype(int), beta=2, zero_division=0)),
-        "brier": float(brier_score_loss(y, p)),
+        "brier": brier_score(y, p),
         "ece": expected_calibration_error(y, p),
     }
 
@@ -62,11 +41,11 @@ def regression_metrics(
     y = np.asarray(y, dtype=float)
     pred = np.asarray(pred, dtype=float)
     out = {
-        "rmse": float(np.sqrt(np.mean((y - pred) ** 2))),
+        "rmse": rmse(y, pred),
         "mae": float(mean_absolute_error(y, pred)),
         "r2": float(r2_score(y, pred)) if len(y) > 1 else float("nan"),
     }
     if lower is not None and upper is not None:
-        out["coverage"] = float(np.mean((y >= lower) & (y <= upper)))
+        out["coverage"] = interval_coverage(y, lower, upper)
         out["interval_width"] = float(np.mean(upper - lower))
     return out

@@ -1,5 +1,5 @@
 """The FastAPI app: health and readiness, model info, the two predict endpoints, feedback, depiction, reload,
-metrics, the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
+monitoring, metrics, the page. Every error answer is `{"detail": str}` (serving.errors), documented per route."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 from contract.registry import CHALLENGER, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
-from serving.auth import api_key_check
+from serving.auth import api_key_guard
 from serving.batching import BatcherClosed, MixedAnswer
 from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
 from serving.depict import Depicter, DepictionBroken
@@ -34,6 +34,7 @@ from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
+from serving.monitoring import Monitor, monitoring_router
 from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
 from serving.prediction_log import PredictionLog
@@ -104,6 +105,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
     prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
     rollout = Rollout(settings, store, predictions, prediction_log, metrics)  # champion, shadow or canary
+    monitor = Monitor(store, settings, metrics, prediction_log)  # drift, domain and outcome figures, in the background
 
     async def refresh() -> dict[str, str]:
         changes = await asyncio.to_thread(store.refresh)
@@ -125,11 +127,15 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         await predictions.start()
         prediction_log.start()
         poller = asyncio.create_task(poll())
+        monitoring = asyncio.create_task(monitor.run())
         yield
+        monitoring.cancel()
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
         await rollout.stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await monitoring
         await predictions.stop()
         await depicter.stop()
         await asyncio.to_thread(prediction_log.stop, settings.shutdown_timeout_s)
@@ -141,6 +147,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     app.state.predictions = predictions
     app.state.prediction_log = prediction_log
     app.state.rollout = rollout
+    app.state.monitor = monitor
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
     if settings.cors_origins:  # outermost, so that refusals (413, 401) reach the allowed pages too
@@ -212,7 +219,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         embedded = orjson.dumps(layout).decode().replace("<", "\\u003c")  # no `</script>` inside the script
         return HTMLResponse(page_template.replace(PAGE_LAYOUT_SLOT, PAGE_LAYOUT_SLOT.replace("null", embedded)))
 
-    v1 = APIRouter(prefix="/v1", dependencies=[Depends(api_key_check(settings.api_key))],
+    v1 = APIRouter(prefix="/v1", dependencies=api_key_guard(settings.api_key),
                    responses=error_responses(401))
     predict_errors = error_responses(*BODY_ERRORS, 503, 504)
 
@@ -236,6 +243,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         metrics.request_items.labels("sensor").observe(len(windows))
         rows, model = await within_deadline(request, rollout.windows(windows, body.units, body.times),
                                             settings.request_timeout_s)
+        monitor.record_windows(windows, model)
         return _answer(model, rows)
 
     @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, responses=predict_errors)
@@ -247,6 +255,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         predictions.model_of("molecule")
         metrics.request_items.labels("molecule").observe(len(body.smiles))
         rows, model = await within_deadline(request, rollout.smiles(body.smiles), settings.request_timeout_s)
+        monitor.record_smiles(rows, model)
         return _answer(model, rows)
 
     @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
@@ -265,6 +274,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
                 "problems": store.problems, "rollout": rollout.describe()}
 
     v1.include_router(feedback_router(prediction_log, settings.max_items))
+    v1.include_router(monitoring_router(monitor))
     app.include_router(v1)
     app.include_router(protocol_router(settings, store, predictions, metrics))
     app.include_router(admin_router(settings.admin_key, reload))

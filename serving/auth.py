@@ -10,12 +10,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 _bearer = HTTPBearer(auto_error=False, description="the value of SERVING_API_KEY, when the service has one")
 
 
-def api_key_check(api_key: str | None):
+def api_key_guard(api_key: str | None) -> list:
+    """The dependencies of a guarded router: none without a key (nothing to solve per request), else one that
+    answers 401 unless the request carries `Authorization: Bearer <api_key>` (and documents the scheme)."""
+    return [] if api_key is None else [Depends(api_key_check(api_key))]
+
+
+def api_key_check(api_key: str):
     """A dependency that answers 401 unless the request carries `Authorization: Bearer <api_key>`."""
 
     async def check(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> None:
-        if api_key is None:
-            return
         if credentials is None or not secrets.compare_digest(credentials.credentials.encode(), api_key.encode()):
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,

@@ -4,7 +4,10 @@ No fixed wait: a request that finds a free slot runs at once; requests that arri
 form the next batch. A batch holds at most `max_items` items and `max_bytes` bytes (one item always fits);
 it is filled round-robin, each waiting request adding at most `share` items per round, and requests that got
 items move behind those that did not. So a large request is answered in pieces interleaved with the others
-and cannot hold a small one back by more than about one batch. A request whose caller stops waiting (its
+and cannot hold a small one back by more than about one batch. Where items differ widely in cost (SMILES of
+10 or 500 characters), a `quantum` makes the rounds fair in size rather than in items (deficit round robin):
+each round adds `quantum` to a request's credit and an item goes only when the credit covers its size, so a
+request of costly items gets one every few batches while cheap ones wait. A request whose caller stops waiting (its
 deadline passed, its client went away) is dropped with whatever it had not yet handed to a batch.
 """
 
@@ -33,6 +36,7 @@ class _Request:
     items: Sequence[Any]
     future: asyncio.Future
     taken: int = 0  # items handed to batches so far
+    credit: int = 0  # size it may still send (deficit round robin; only with a quantum)
     answered: int = 0  # items with results so far
     results: list[Any] = field(init=False)
     answered_by: Any = field(init=False, default=None)
@@ -50,9 +54,10 @@ class Batcher:
     each request its own results in order."""
 
     def __init__(self, run: BatchFunction, *, max_items: int, max_bytes: int, share: int,
-                 size_of: Callable[[Any], int], concurrency: int = 1,
+                 size_of: Callable[[Any], int], concurrency: int = 1, quantum: int | None = None,
                  on_batch: Callable[[int], None] | None = None):
         self.run, self.max_items, self.max_bytes, self.share = run, max_items, max_bytes, share
+        self.quantum = quantum
         self.size_of, self.concurrency, self.on_batch = size_of, concurrency, on_batch
         self._waiting: deque[_Request] = deque()
         self._running: set[asyncio.Task] = set()
@@ -116,17 +121,24 @@ class Batcher:
         full = False
         while not full and count < self.max_items:
             progressed = False
-            for request in [r for r in self._waiting if r.waiting and r.taken < len(r.items)]:
+            pending = [r for r in self._waiting if r.waiting and r.taken < len(r.items)]
+            for request in pending:
                 stop = request.taken
                 limit = min(len(request.items), request.taken + self.share, request.taken + self.max_items - count)
+                if self.quantum is not None:
+                    request.credit += self.quantum
                 while stop < limit:
                     item_size = self.size_of(request.items[stop])
+                    if self.quantum is not None and item_size > request.credit:
+                        break  # its turn comes again when the credit covers the item
                     if count > 0 and size + item_size > self.max_bytes:
                         full = True
                         break
                     size += item_size
                     count += 1
                     stop += 1
+                    if self.quantum is not None:
+                        request.credit -= item_size
                 if stop > request.taken:
                     slices.setdefault(request, [request.taken, stop])[1] = stop
                     request.taken = stop
@@ -134,8 +146,8 @@ class Batcher:
                 if full or count >= self.max_items:
                     full = True
                     break
-            if not progressed:
-                break
+            if not progressed and (count > 0 or not pending):
+                break  # (an empty batch takes more rounds: some credit grows to cover its item)
         served = [r for r in self._waiting if r in slices]
         self._waiting = deque([r for r in self._waiting if r.waiting and r.taken < len(r.items) and r not in slices]
                               + [r for r in served if r.taken < len(r.items)])

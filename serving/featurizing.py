@@ -1,38 +1,64 @@
-"""Molecule featurisation off the event loop: SMILES -> MolGraph in a pool of worker processes, interleaved
-fairly between requests (serving.batching), with a byte-bounded cache of recent answers."""
+"""Molecule featurisation off the event loop: SMILES -> MolGraph and Morgan fingerprint (for the applicability
+domain, serving.domain) in a pool of worker processes, interleaved fairly between requests (serving.batching),
+with a byte-bounded cache of recent answers."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+import numpy as np
+
+from threadpoolctl import threadpool_limits
 
 from data.errors import DataValidationError
-from data.molecules.featurize import MolGraph, featurize_smiles
+from data.molecules.featurize import MolGraph, featurize_mol
+from data.molecules.standardize import parse_smiles, standardize_mol
+from models.drift import morgan_fingerprint
 from serving.batching import Batcher
 
-Featurized = MolGraph | str  # the graph, or why the SMILES could not be featurised
+
+@dataclass(frozen=True)
+class Molecule:
+    """A featurised SMILES: the model's graph and the packed Morgan bits (FINGERPRINT_BITS / 8,) uint8 of the same
+    standardised molecule."""
+
+    graph: MolGraph
+    fingerprint: np.ndarray
+
+
+Featurized = Molecule | str  # the molecule, or why the SMILES could not be featurised
 
 
 class FeaturizerBroken(RuntimeError):
     """A worker process died (its pool is replaced); the requests it held should be retried."""
 
 
-def _ignore_interrupts() -> None:
-    """Ctrl-C reaches the whole process group: workers leave it to the service, which shuts them down."""
+def _setup_worker(niceness: int) -> None:
+    """Ctrl-C reaches the whole process group: workers leave it to the service, which shuts them down. Each worker
+    runs its linear algebra (the structural encodings' eigendecomposition and walk powers) on one BLAS thread, as
+    one of `workers` processes sharing the cores, and at a lower priority than the event loops that answer the
+    small requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threadpool_limits(1)
+    os.nice(niceness)
 
 
 def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
-    """Each SMILES' graph, or the one-line reason it has none (runs in a worker process)."""
+    """Each SMILES' molecule (parsed and standardised as in training: data.molecules.featurize.featurize_smiles),
+    or the one-line reason it has none (runs in a worker process)."""
     out: list[Featurized] = []
     for item in smiles:
         try:
-            out.append(featurize_smiles(item, max_heavy_atoms=max_heavy_atoms))
+            mol = standardize_mol(parse_smiles(item, max_heavy_atoms))
+            out.append(Molecule(featurize_mol(mol), morgan_fingerprint(mol)))
         except DataValidationError as error:
             out.append(str(error))
     return out
@@ -41,6 +67,10 @@ def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
 def graph_bytes(graph: MolGraph) -> int:
     return sum(a.nbytes for a in (graph.atom_features, graph.edge_index, graph.bond_features, graph.positional,
                                   graph.descriptors))
+
+
+def molecule_bytes(molecule: Molecule) -> int:
+    return graph_bytes(molecule.graph) + molecule.fingerprint.nbytes
 
 
 class FeatureCache:
@@ -68,27 +98,29 @@ class FeatureCache:
 
     @staticmethod
     def _size(smiles: str, value: Featurized) -> int:
-        return len(smiles) + (len(value) if isinstance(value, str) else graph_bytes(value))
+        return len(smiles) + (len(value) if isinstance(value, str) else molecule_bytes(value))
 
 
 class Featurizer:
     """SMILES -> Featurized on `workers` processes (forkserver: safe next to ONNX Runtime's threads).
 
     Each worker call takes at most `batch_items` SMILES and `batch_chars` characters, one SMILES per waiting
-    request in turn, so a long request is featurised in small pieces between the others'."""
+    request in turn, and a request's turn is worth `turn_chars` characters (deficit round robin): a 500-character
+    SMILES, which costs tens of drug-like ones, waits a few turns while the short ones of other requests go."""
 
-    def __init__(self, workers: int, batch_items: int, batch_chars: int, max_heavy_atoms: int, cache_bytes: int,
-                 on_batch: Callable[[int], None] | None = None):
-        self.workers, self.max_heavy_atoms = workers, max_heavy_atoms
+    def __init__(self, workers: int, batch_items: int, batch_chars: int, turn_chars: int, max_heavy_atoms: int,
+                 cache_bytes: int, niceness: int = 0, on_batch: Callable[[int], None] | None = None):
+        self.workers, self.max_heavy_atoms, self.niceness = workers, max_heavy_atoms, niceness
         self.cache = FeatureCache(cache_bytes)
         self.batcher = Batcher(self._run, max_items=batch_items, max_bytes=batch_chars, share=1, size_of=len,
-                               concurrency=workers, on_batch=on_batch)
+                               quantum=turn_chars, concurrency=workers, on_batch=on_batch)
         self._pool: ProcessPoolExecutor | None = None
 
     def _new_pool(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["data.molecules.featurize"])
-        return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_ignore_interrupts)
+        context.set_forkserver_preload(["data.molecules.featurize", "models.drift"])
+        return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_setup_worker,
+                                   initargs=(self.niceness,))
 
     async def start(self) -> None:
         """Start the workers (each imports RDKit once) before the first request needs them."""

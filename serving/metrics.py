@@ -46,6 +46,59 @@ class ServiceMetrics:
         self.log_pruned_rows = Counter("serving_prediction_log_pruned_rows", "prediction rows deleted by retention "
                                        "and size limits", registry=self.registry)
 
+        # the service's own monitoring (serving.monitoring), recomputed every SERVING_MONITOR_SECONDS
+        self.input_psi = Gauge("serving_input_psi", "sensor: PSI of recent windows' channel means against the served "
+                               "version's training reference", ["family", "channel"], registry=self.registry)
+        self.input_ks = Gauge("serving_input_ks", "sensor: Kolmogorov-Smirnov statistic of recent windows' channel "
+                              "means against the training sample", ["family", "channel"], registry=self.registry)
+        self.monitor_items = Gauge("serving_monitor_items", "recent inputs (kind=inputs) and labelled outcomes "
+                                   "(kind=outcomes) the monitoring figures are computed on", ["family", "kind"],
+                                   registry=self.registry)
+        self.out_of_domain = Gauge("serving_out_of_domain_share", "molecule: share of recent molecules outside the "
+                                   "applicability domain", ["family"], registry=self.registry)
+        self.nearest_similarity = Gauge("serving_nearest_similarity_mean", "molecule: mean Tanimoto similarity of "
+                                        "recent molecules to their nearest training molecule", ["family"],
+                                        registry=self.registry)
+        self.outcome_metric = Gauge("serving_outcome_metric", "quality of the served version's recent labelled "
+                                    "outcomes (brier, ece, pr_auc; rmse, coverage)", ["family", "metric"],
+                                    registry=self.registry)
+        self.monitor_alarm = Gauge("serving_monitor_alarm", "1 when a monitoring threshold is crossed (check: "
+                                   "input_drift, domain, calibration)", ["family", "check"], registry=self.registry)
+        self.monitor_computed = Gauge("serving_monitor_computed_timestamp_seconds", "when the monitoring figures "
+                                      "were last computed (Unix time)", ["family"], registry=self.registry)
+
+    def show_monitoring(self, families: dict[str, dict]) -> None:
+        """Set the monitoring gauges to serving.monitoring's figures per family (undefined ones are left out)."""
+        gauges = (self.input_psi, self.input_ks, self.monitor_items, self.out_of_domain, self.nearest_similarity,
+                  self.outcome_metric, self.monitor_alarm, self.monitor_computed)
+        for gauge in gauges:
+            gauge.clear()
+
+        def put(gauge: Gauge, value, *labels: str) -> None:
+            if value is not None and value == value:
+                gauge.labels(*labels).set(float(value))
+
+        for family, report in families.items():
+            drift, domain, outcomes = report.get("input_drift"), report.get("domain"), report.get("outcomes")
+            if drift:
+                put(self.monitor_items, drift["windows"], family, "inputs")
+                put(self.monitor_alarm, drift["alarm"], family, "input_drift")
+                for channel in drift["channels"]:
+                    put(self.input_psi, channel["psi"], family, channel["channel"])
+                    put(self.input_ks, channel["ks"], family, channel["channel"])
+            if domain:
+                put(self.monitor_items, domain["molecules"], family, "inputs")
+                put(self.monitor_alarm, domain["alarm"], family, "domain")
+                put(self.out_of_domain, domain["out_of_domain"], family)
+                put(self.nearest_similarity, domain["nearest_similarity_mean"], family)
+            if outcomes:
+                put(self.monitor_items, outcomes["outcomes"], family, "outcomes")
+                put(self.monitor_alarm, outcomes["alarm"], family, "calibration")
+                for metric, value in outcomes["metrics"].items():
+                    put(self.outcome_metric, value, family, metric)
+            if report.get("model"):
+                put(self.monitor_computed, time.time(), family)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
@@ -55,6 +108,8 @@ class RequestMetrics:
 
     def __init__(self, app: ASGIApp, metrics: ServiceMetrics):
         self.app, self.metrics = app, metrics
+        self._counters: dict[tuple[str, str, str], Counter] = {}  # labelled children, looked up once
+        self._timers: dict[tuple[str, str], Histogram] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -73,5 +128,12 @@ class RequestMetrics:
         finally:
             route = scope.get("route")
             path = getattr(route, "path", "other")
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
-            self.metrics.latency.labels(scope["method"], path).observe(time.perf_counter() - start)
+            method = scope["method"]
+            counter = self._counters.get((method, path, status))
+            if counter is None:
+                counter = self._counters[method, path, status] = self.metrics.requests.labels(method, path, str(status))
+            timer = self._timers.get((method, path))
+            if timer is None:
+                timer = self._timers[method, path] = self.metrics.latency.labels(method, path)
+            counter.inc()
+            timer.observe(time.perf_counter() - start)

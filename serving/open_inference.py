@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from serving.auth import api_key_check
+from serving.auth import api_key_guard
 from serving.deadline import within_deadline
 from serving.errors import MEANING
 from serving.inputs import BadInput, check_count, check_smiles
@@ -127,7 +127,7 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
     """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
     the API key like /v1. A model is named by its registry name or by its family (`sensor`, `molecule`)."""
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["open inference protocol"])
-    guarded = [Depends(api_key_check(settings.api_key))]
+    guarded = api_key_guard(settings.api_key)
     timeout_s = settings.request_timeout_s
 
     def served(name: str, version: str | None) -> LoadedModel:

@@ -15,7 +15,8 @@ import numpy as np
 
 from contract.registry import CHALLENGER, CHAMPION
 from serving.batching import Batcher
-from serving.featurizing import Featurizer, graph_bytes
+from serving.domain import assess, unusable
+from serving.featurizing import Featurizer, Molecule, molecule_bytes
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
@@ -35,6 +36,7 @@ class Predictions:
 
     def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics):
         self.store, self.inline_items = store, settings.inline_max_items
+        self.min_similarity = settings.monitor_min_similarity
         batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)
         self.batchers = {}
         for role in (CHAMPION, CHALLENGER):
@@ -42,11 +44,12 @@ class Predictions:
                 functools.partial(self._run_sensor, role), **batch, size_of=lambda window: window.nbytes,
                 on_batch=metrics.batch_items.labels("sensor").observe)
             self.batchers["molecule", role] = Batcher(
-                functools.partial(self._run_molecule, role), **batch, size_of=graph_bytes,
+                functools.partial(self._run_molecule, role), **batch, size_of=molecule_bytes,
                 on_batch=metrics.batch_items.labels("molecule").observe)
         self.featurizer = Featurizer(settings.featurize_workers, settings.featurize_batch_items,
-                                     settings.featurize_batch_chars, settings.max_heavy_atoms,
-                                     settings.feature_cache_mb * 2**20,
+                                     settings.featurize_batch_chars, settings.featurize_turn_chars,
+                                     settings.max_heavy_atoms,
+                                     settings.feature_cache_mb * 2**20, settings.featurize_niceness,
                                      on_batch=metrics.batch_items.labels("featurize").observe)
         # one thread per family and role: a model call never waits for the other family's or the challenger's
         self._threads = {(family, role): ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{family}-{role}")
@@ -69,20 +72,20 @@ class Predictions:
 
     async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability` and `uncertainty`,
-        or its `error`."""
+        and its applicability domain when the model has a training reference (serving.domain); or its `error`."""
         model = self.model_of("molecule", role)
         featurized = await self.featurizer.featurize(smiles)
-        graphs = [f for f in featurized if not isinstance(f, str)]
-        answers, model = await self.batchers["molecule", role].submit(graphs) if graphs else ([], model)
+        molecules = [f for f in featurized if not isinstance(f, str)]
+        answers, model = await self.batchers["molecule", role].submit(molecules) if molecules else ([], model)
         key = "value" if model.predictor.task == "regression" else "probability"
         rows, answered = [], iter(answers)
-        for item, graph in zip(smiles, featurized):
-            if isinstance(graph, str):
-                rows.append({"smiles": item, "error": graph})
+        for item, molecule in zip(smiles, featurized):
+            if isinstance(molecule, str):
+                rows.append({"smiles": item, "error": molecule})
             else:
-                value, uncertainty = next(answered)
-                row = {"smiles": item, "canonical_smiles": graph.smiles, key: _number(value),
-                       "uncertainty": _number(uncertainty)}
+                value, uncertainty, domain = next(answered)
+                row = {"smiles": item, "canonical_smiles": molecule.graph.smiles, key: _number(value),
+                       "uncertainty": _number(uncertainty), **domain}
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 
@@ -105,10 +108,17 @@ class Predictions:
         return await asyncio.get_running_loop().run_in_executor(self._threads["molecule", role], self._molecule_call,
                                                                 role, parts)
 
-    def _molecule_call(self, role: str, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
+    def _molecule_call(self, role: str, parts: list[list[Molecule]]) -> tuple[list[list[tuple]], LoadedModel]:
         model = self.model_of("molecule", role)
-        out = model.predictor.predict_graphs([g for part in parts for g in part])
-        return _split(list(zip(out["prediction"].tolist(), out["uncertainty"].tolist())), parts), model
+        molecules = [m for part in parts for m in part]
+        out = model.predictor.predict_graphs([m.graph for m in molecules])
+        if unusable(model.reference) is None:
+            domains = assess(model.reference, np.stack([m.fingerprint for m in molecules]),
+                             np.stack([m.graph.descriptors for m in molecules]), self.min_similarity)
+        else:
+            domains = [{}] * len(molecules)
+        rows = list(zip(out["prediction"].tolist(), out["uncertainty"].tolist(), domains))
+        return _split(rows, parts), model
 
     async def start(self) -> None:
         await self.featurizer.start()

@@ -5,8 +5,9 @@ On the request path only the ids are made and the request's record queued; diges
 in the writer thread. A row holds the model (name, version, role: `champion`, `challenger` for a canary answer,
 `shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
 summary (sensor: the channel names and, per channel, mean, std, min, max and missing share over the window's
-steps; molecule: the standardised canonical SMILES the model saw, or the SMILES as sent when the call failed), the
-answer (empty when the model call failed), the call's latency and whether it failed.
+steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, serving.domain, or
+the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
+whether it failed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from contract.prediction_store import engine_for, resolve_url, utc_now, window_summaries
+from serving.domain import DOMAIN_FIELDS
 from serving.loading import LoadedModel
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
@@ -30,7 +32,7 @@ from serving.settings import ServingSettings
 
 log = logging.getLogger("serving")
 PRUNE_EVERY_S = 600.0
-NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles")  # answer fields that are not the model's output
+NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS)  # answer fields not the model's output
 
 
 class PredictionStoreError(RuntimeError):
@@ -110,9 +112,11 @@ class MoleculesRecord:
         return len(self.answers)
 
     def rows(self) -> list[dict]:
+        """The rows; the summary holds the canonical SMILES and the applicability domain when answered."""
         return [self.answered.row(answer["prediction_id"], hashlib.sha256(answer["smiles"].encode()).hexdigest(),
-                                  {"canonical_smiles": answer["canonical_smiles"]} if answer["canonical_smiles"]
-                                  else {"smiles": answer["smiles"]}, answer)
+                                  {"canonical_smiles": answer["canonical_smiles"],
+                                   **{key: answer[key] for key in DOMAIN_FIELDS if key in answer}}
+                                  if answer["canonical_smiles"] else {"smiles": answer["smiles"]}, answer)
                 for answer in self.answers]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -44,6 +45,13 @@ class MoleculePrediction(BaseModel):
     value: float | None = Field(None, description="regression models: the predicted value")
     probability: float | None = Field(None, description="classification models: the predicted probability")
     uncertainty: float | None = Field(None, description="regression: scaled ensemble std; classification: ensemble std")
+    nearest_similarity: float | None = Field(None, description="applicability domain: Tanimoto similarity (Morgan "
+                                             "radius 2, 2048 bits) to the nearest training molecule (absent when the "
+                                             "version has no training reference: see /v1/monitoring)")
+    in_domain: bool | None = Field(None, description="nearest_similarity >= SERVING_MONITOR_MIN_SIMILARITY: the "
+                                   "training set holds a similar molecule")
+    descriptors_out_of_range: float | None = Field(None, description="share of the model's RDKit descriptors "
+                                                   "outside their training range")
     error: str | None = Field(None, description="why this SMILES could not be answered")
 
 
@@ -129,3 +137,65 @@ class ReloadRequest(BaseModel):
 
 class ReloadAnswer(ModelsAnswer):
     changes: dict[str, str] = Field(description="per family that changed or failed, what happened")
+
+
+class ChannelDrift(BaseModel):
+    channel: str
+    psi: float | None = Field(description="population stability index of the recent windows' channel means against "
+                              "the training bins (null: no reading on this channel)")
+    ks: float | None = Field(description="two-sample Kolmogorov-Smirnov statistic against the training sample")
+    n: int = Field(description="recent windows with a reading on this channel")
+    alarm: bool = Field(description="psi > max_psi, with at least min_items windows")
+
+
+class SensorDrift(BaseModel):
+    """Recent sensor windows (in this worker process) against the served version's training reference."""
+
+    computed_at: datetime.datetime
+    windows: int = Field(description="recent windows compared (at most SERVING_MONITOR_DRIFT_WINDOW)")
+    max_psi: float = Field(description="the alarm threshold (SERVING_MONITOR_MAX_PSI)")
+    channels: list[ChannelDrift]
+    alarm: bool
+
+
+class MoleculeDomain(BaseModel):
+    """The applicability domain of the recent molecules (in this worker process) the served version answered."""
+
+    computed_at: datetime.datetime
+    molecules: int = Field(description="recent molecules judged (at most SERVING_MONITOR_DRIFT_WINDOW)")
+    out_of_domain: float | None = Field(None, description="share with `in_domain` false")
+    nearest_similarity_mean: float | None = None
+    out_of_range_any: float | None = Field(None, description="share with at least one descriptor outside its "
+                                           "training range")
+    min_similarity: float = Field(description="SERVING_MONITOR_MIN_SIMILARITY")
+    max_out_of_domain: float = Field(description="the alarm threshold (SERVING_MONITOR_MAX_OUT_OF_DOMAIN)")
+    alarm: bool
+
+
+class OutcomeQuality(BaseModel):
+    """The served version's last labelled outcomes in the prediction store (sent to /v1/feedback)."""
+
+    computed_at: datetime.datetime
+    outcomes: int = Field(description="labelled predictions judged (at most SERVING_MONITOR_OUTCOME_WINDOW)")
+    metrics: dict[str, float | None] = Field(description="classifiers: brier, ece, pr_auc (null with one class "
+                                             "only); regression: rmse and, for an interval model, coverage")
+    calibration_error: float | None = Field(None, description="classifiers: ece; interval models: |coverage - "
+                                            "nominal coverage|")
+    max_calibration_error: float | None = Field(None, description="the alarm threshold (SERVING_MONITOR_MAX_ECE or "
+                                                "SERVING_MONITOR_MAX_COVERAGE_ERROR)")
+    alarm: bool
+
+
+class FamilyMonitoring(BaseModel):
+    model: ModelRef | None = Field(None, description="the version being served (absent: none loaded yet)")
+    reference: bool = Field(description="the version carries its training reference (needed for input figures)")
+    notes: list[str] = Field(description="why a figure is missing or stale")
+    input_drift: SensorDrift | None = Field(None, description="sensor")
+    domain: MoleculeDomain | None = Field(None, description="molecule")
+    outcomes: OutcomeQuality | None = None
+
+
+class MonitoringAnswer(BaseModel):
+    families: dict[str, FamilyMonitoring] = Field(description="per family; empty until the first computation")
+    every_s: float = Field(description="how often the figures are recomputed (SERVING_MONITOR_SECONDS)")
+    min_items: int = Field(description="fewer recent inputs or outcomes raise no alarm (SERVING_MONITOR_MIN_ITEMS)")

@@ -50,12 +50,19 @@ class ServingSettings(BaseSettings):
                                                          "larger ones in the model thread")
     featurize_workers: int | None = Field(None, ge=1, description="processes turning SMILES into graphs, per worker "
                                                                   "(default: the CPU count divided by `workers`)")
+    featurize_niceness: int = Field(10, ge=0, le=19, description="how much lower the featurisation processes' CPU "
+                                    "priority is than the service's (a long request's molecules yield to the event "
+                                    "loops answering the others)")
     featurize_batch_items: int = Field(4, ge=1, description="SMILES per featurisation call at most")
     featurize_batch_chars: int = Field(1000, ge=1, description="SMILES characters per featurisation call at most")
+    featurize_turn_chars: int = Field(100, ge=1, description="SMILES characters a request may send to the "
+                                      "featurisation workers per round-robin turn: a longer SMILES waits for "
+                                      "several turns while other requests' short ones go")
     feature_cache_mb: int = Field(64, ge=0, description="recent SMILES' graphs kept in memory (0: none)")
     workers: int = Field(2, ge=1, description="uvicorn worker processes, each with its own models (bench/serving.py: "
                                               "2 beat 1 on two cores)")
-    intra_op_threads: int = Field(0, ge=0, description="ONNX Runtime threads per model call (0: one per core)")
+    intra_op_threads: int | None = Field(None, ge=0, description="ONNX Runtime threads per model call (default: the "
+                                         "CPU count divided by `workers`; 0: ONNX Runtime's own, one per core)")
     shutdown_timeout_s: float = Field(3.0, gt=0, description="on SIGTERM/SIGINT, how long in-flight requests may finish")
     poll_seconds: float = Field(30.0, gt=0, description="how often the registry alias is checked for a new version")
     prediction_log: bool = Field(True, description="give each answer a prediction_id, write it to the prediction "
@@ -66,9 +73,31 @@ class ServingSettings(BaseSettings):
                                        "more are dropped and counted")
     prediction_retention_days: float = Field(90.0, gt=0, description="older predictions and their outcomes are deleted")
     prediction_max_rows: int = Field(1_000_000, ge=1, description="the oldest predictions beyond this many are deleted")
+    # The service's own monitoring (/v1/monitoring, serving/monitoring.py). The defaults are those of the params
+    # file's `monitor` section, which the service does not read (docs/monitoring.md).
+    monitor_seconds: float = Field(30.0, gt=0, description="how often the monitoring figures are recomputed, in the "
+                                   "background")
+    monitor_drift_window: int = Field(1000, ge=10, description="recent sensor windows and molecules (per worker "
+                                      "process) compared with the served version's training reference")
+    monitor_outcome_window: int = Field(2000, ge=10, description="the last N labelled outcomes of the served version "
+                                        "that are judged")
+    monitor_min_items: int = Field(200, ge=1, description="fewer recent inputs or labelled outcomes: figures are shown "
+                                   "but raise no alarm")
+    monitor_max_psi: float = Field(0.25, gt=0, description="sensor: drift alarm when a channel's PSI is above this")
+    monitor_min_similarity: float = Field(0.3, ge=0, le=1, description="molecule: `in_domain` is false when the "
+                                          "nearest training molecule's Tanimoto similarity is below this")
+    monitor_max_out_of_domain: float = Field(0.3, ge=0, le=1, description="molecule: alarm when a larger share of "
+                                             "recent molecules is outside the applicability domain")
+    monitor_max_ece: float = Field(0.07, gt=0, le=1, description="classifiers: calibration alarm when the ECE of "
+                                   "recent outcomes is above this")
+    monitor_max_coverage_error: float = Field(0.1, gt=0, le=1, description="molecule regression: calibration alarm "
+                                              "when |interval coverage - nominal| is above this")
 
     @model_validator(mode="after")
     def _share_the_cores(self) -> ServingSettings:
+        share = max(1, (os.cpu_count() or 1) // self.workers)
         if self.featurize_workers is None:
-            self.featurize_workers = max(1, (os.cpu_count() or 1) // self.workers)
+            self.featurize_workers = share
+        if self.intra_op_threads is None:
+            self.intra_op_threads = share
         return self

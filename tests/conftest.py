@@ -3,8 +3,11 @@ for a user without it the test skips with the reason."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,13 +33,37 @@ def shared_data() -> Path:
     pytest.skip(reason)
 
 
-@pytest.fixture(autouse=True)
-def restore_tracking_variable():
-    """mlflow.set_tracking_uri exports its URI as MLFLOW_TRACKING_URI, which wins over every later params.yaml in
-    this process: each test leaves the variable as it found it."""
+@contextlib.contextmanager
+def _tracking_variable_kept() -> Iterator[None]:
     before = os.environ.get("MLFLOW_TRACKING_URI")
     yield
     if before is None:
         os.environ.pop("MLFLOW_TRACKING_URI", None)
     else:
         os.environ["MLFLOW_TRACKING_URI"] = before
+
+
+# mlflow.set_tracking_uri exports its URI as MLFLOW_TRACKING_URI, which wins over every later params.yaml in this
+# process: each test, and each module's fixtures (autouse fixtures of a scope are set up before its others), leave
+# the variable as they found it.
+@pytest.fixture(autouse=True)
+def restore_tracking_variable():
+    with _tracking_variable_kept():
+        yield
+
+
+@pytest.fixture(scope="module", autouse=True)
+def restore_tracking_variable_per_module():
+    with _tracking_variable_kept():
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stop_prefect_servers():
+    """Stop the temporary Prefect API servers that flows run in-process started, while pytest's output is still
+    open (Prefect's own exit hook logs to a closed stream otherwise)."""
+    yield
+    server = sys.modules.get("prefect.server.api.server")
+    if server is not None:
+        for instance in list(server.SubprocessASGIServer._instances.values()):
+            instance.stop()

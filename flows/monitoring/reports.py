@@ -15,7 +15,8 @@ from contract.prediction_store import summary_means
 from data.errors import DataValidationError
 from flows.config import MonitorConfig
 from models.metrics import classification_metrics, regression_metrics
-from models.monitoring import descriptor_matrix, morgan_bits, nearest_similarity, out_of_range, sensor_drift
+from models.drift import nearest_similarity, out_of_range
+from models.monitoring import descriptor_matrix, morgan_bits, sensor_drift
 
 
 ANSWER_FIELDS = ("failure_probability", "probability", "value")  # what a stored output answered, per family and task

@@ -1,5 +1,6 @@
 """`pip install '.[serve]'` into a fresh virtual environment gives a service that starts and answers from a real
-registry, with neither torch, Prefect, DVC, onnx nor the pipeline's libraries installed."""
+registry, with neither torch, Prefect, DVC, onnx nor the pipeline's libraries installed; its monitoring (numpy
+statistics) works without scipy and scikit-learn."""
 
 from __future__ import annotations
 
@@ -16,13 +17,14 @@ import numpy as np
 import pytest
 
 from models.predictors import SensorPredictor
-from tests.integration.test_serving_registry import free_port, shared_registry, tiny_models
+from tests.integration.test_serving_registry import CHANNELS, free_port, shared_registry, tiny_models
 
 pytestmark = pytest.mark.integration
 
 PROJECT = Path(__file__).resolve().parents[2]
 SOURCES = ["pyproject.toml", "README.md", "contract", "data", "models", "flows", "serving"]
-PIPELINE_ONLY = ["torch", "torch_geometric", "prefect", "dvc", "onnx", "onnxscript", "sklearn", "datamol", "matplotlib"]
+PIPELINE_ONLY = ["torch", "torch_geometric", "prefect", "dvc", "onnx", "onnxscript", "sklearn", "scipy", "datamol",
+                 "matplotlib"]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,9 @@ def test_the_lean_service_starts_and_answers(lean_python, tmp_path_factory):
     models = tiny_models(tmp_path_factory.getbasetemp() / "models")
     port = free_port()
     env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
-           "SERVING_PARAMS_FILE": str(PROJECT / "params.yaml"), "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false"}
+           "SERVING_PARAMS_FILE": str(PROJECT / "params.yaml"), "SERVING_PORT": str(port),
+           "SERVING_PREFER_CUDA": "false", "SERVING_MONITOR_SECONDS": "0.5",
+           "SERVING_WORKERS": "1"}  # one process: the one that says it is ready answers every request
     scratch = tmp_path_factory.mktemp("lean-run")  # not the project folder: its code must come from the venv
     service = subprocess.Popen([str(lean_python), "-m", "serving"], cwd=scratch, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -82,8 +86,17 @@ def test_the_lean_service_starts_and_answers(lean_python, tmp_path_factory):
         assert molecule.status_code == 200, molecule.text
         first, second = molecule.json()["predictions"]
         assert np.isfinite(first["value"]) and "could not parse" in second["error"]
+        assert first["in_domain"] is True and first["nearest_similarity"] == 1.0  # ethanol is a training molecule
         origin = httpx.get(f"{url}/v1/models", timeout=10).json()
         assert {m["family"] for m in origin["models"]} == {"sensor", "molecule"}
+        deadline = time.monotonic() + 60
+        while True:  # the figures are computed in the background, once the models are loaded
+            sensor = httpx.get(f"{url}/v1/monitoring", timeout=10).json()["families"].get("sensor", {})
+            if "input_drift" in sensor:
+                break
+            assert time.monotonic() < deadline, sensor
+            time.sleep(0.5)
+        assert sensor["reference"] and [c["channel"] for c in sensor["input_drift"]["channels"]] == CHANNELS
     finally:
         service.send_signal(signal.SIGTERM)
         service.wait(timeout=30)

@@ -89,7 +89,9 @@ def test_every_answer_has_its_own_id_and_its_row_in_the_store(client, store_url,
 
     logged = rows[ethanol["prediction_id"]]
     assert (logged["family"], logged["model_name"], logged["model_version"]) == ("molecule", MOLECULE_NAME, "1")
-    assert logged["input_summary"] == {"canonical_smiles": "CCO"}
+    # ethanol is a training molecule of the version's reference: its applicability domain goes with the input
+    assert logged["input_summary"] == {"canonical_smiles": "CCO", "nearest_similarity": 1.0, "in_domain": True,
+                                       "descriptors_out_of_range": 0.0}
     assert logged["input_digest"] == hashlib.sha256(b"OCC").hexdigest()
     assert logged["output"] == {"value": ethanol["value"], "uncertainty": ethanol["uncertainty"]}
     assert (logged["unit"], logged["time"]) == (None, None)

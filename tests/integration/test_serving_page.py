@@ -88,7 +88,7 @@ def browser_and_url(tmp_path_factory):
     registry = shared_registry(tmp_path_factory.getbasetemp())
     store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
                       prefer_cuda=False)
-    settings = dict(poll_seconds=3600, prefer_cuda=False, featurize_workers=1)
+    settings = dict(poll_seconds=3600, prefer_cuda=False, featurize_workers=1, monitor_seconds=0.5)
     with serve(create_app(ServingSettings(**settings), store=store)) as url, \
             serve(create_app(ServingSettings(**settings, api_key=API_KEY), store=store)) as guarded_url, \
             chromium(tmp_path_factory.mktemp("chromium")) as browser:
@@ -109,6 +109,7 @@ def test_page_predicts_a_molecule_names_the_property_and_draws_it(browser_and_ur
     assert browser.evaluate("document.querySelectorAll('#molecule-table .error').length") == 1
     # the tests' card has no interval calibration: the spread is said to be one standard deviation
     assert "1 standard deviation" in browser.evaluate("document.getElementById('uncertainty-meaning').innerText")
+    assert "in domain (nearest training similarity 1.000)" in table  # phenol is a training molecule
 
 
 def test_page_says_what_the_interval_covers(browser_and_url):
@@ -154,6 +155,23 @@ def test_with_an_api_key_the_example_window_needs_no_key(browser_and_url):
     browser.wait_for("document.getElementById('models').innerText.includes('401')")  # no key entered
     lines = browser.evaluate("document.getElementById('window').value").split("\n")
     assert lines[0] == "vibration,temperature,pressure" and len(lines) == 17
+
+
+def test_the_monitoring_panel_loads_with_the_api_key_entered(browser_and_url):
+    browser, _, guarded_url = browser_and_url
+    browser.open(guarded_url + "/")
+    browser.wait_for("document.querySelector('#monitoring-result .error')?.innerText.includes('401')")
+    key = "document.getElementById('api-key')"
+    browser.evaluate(f"{key}.value = '{API_KEY}'; {key}.dispatchEvent(new Event('change'))")
+    try:
+        browser.wait_for("(document.getElementById('refresh-monitoring').click(), "
+                         "document.querySelectorAll('#monitoring-result table.drift tr.channel').length === 3 && "
+                         "document.querySelector('#monitoring-result .domain') !== null)")
+        panel = browser.evaluate("document.getElementById('monitoring-result').innerText")
+        assert f"sensor: {SENSOR_NAME} version 2" in panel and f"molecule: {MOLECULE_NAME} version 1" in panel
+        assert "vibration" in panel and "applicability domain" in panel
+    finally:
+        browser.evaluate("localStorage.removeItem('serving-api-key')")
 
 
 def test_api_docs_render_offline(browser_and_url):

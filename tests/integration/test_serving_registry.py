@@ -2,7 +2,9 @@
 against it. The other serving and rollback tests import `tiny_models`, `build_registry` and `serve` from here.
 
 The ONNX graphs are written with onnx.helper (no torch): the sensor graph takes the WindowFeaturizer's
-(n, 2C, T) features like the exported ensemble, the molecule graph the arrays of `batch_graphs`.
+(n, 2C, T) features like the exported ensemble, the molecule graph the arrays of `batch_graphs`. Each version
+carries its training reference (reference.npz, as flows/registry.py registers it): sensor windows drawn like
+`sensor_windows`, and the molecules of TRAINING_SMILES.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from data.molecules.featurize import FEATURIZER_VERSION, batch_inputs, encode_to
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
 from contract.manifest import public_key_path, sha256_file
+from contract.reference import REFERENCE, write_reference
 from contract.registry import CHAMPION
+from data.molecules.standardize import canonical_smiles
 from flows.config import RegistryConfig
 from flows.params import load_params
 from flows.registry import register_and_gate
 from models.metrics import classification_metrics
+from models.monitoring import molecule_reference, sensor_reference
 from models.predictors import IncompatibleModelError, SensorPredictor
 
 pytestmark = pytest.mark.integration
@@ -41,6 +46,7 @@ pytestmark = pytest.mark.integration
 PARAMS = load_params(Path(__file__).resolve().parents[2] / "params.yaml")
 SENSOR_NAME, MOLECULE_NAME = PARAMS.sensor.registry.model_name, PARAMS.molecule.registry.model_name
 CHANNELS, WINDOW = ["vibration", "temperature", "pressure"], 16
+TRAINING_SMILES = ["CCO", "c1ccccc1O", "CC(=O)N", "ClCBr", "CCCO", "CCN", "c1ccccc1"]
 # Random, uncalibrated toy models: the gate here judges the primary metric only.
 SENSOR_GATE = RegistryConfig(model_name=SENSOR_NAME, primary_metric="pr_auc", mode="max", max_calibration_error=1.0)
 MOLECULE_GATE = RegistryConfig(model_name=MOLECULE_NAME, primary_metric="rmse", mode="min", max_calibration_error=1.0)
@@ -108,9 +114,18 @@ def molecule_onnx(path: Path, tokenizer: SmilesTokenizer) -> Path:
     )
 
 
+def sensor_windows(n: int, seed: int, shift: np.ndarray | None = None) -> np.ndarray:
+    """(n, C, WINDOW) windows: each channel of each window around its own level drawn from N(0, 1), plus `shift`
+    (C,) on every reading."""
+    rng = np.random.default_rng(seed)
+    levels = rng.normal(size=(n, len(CHANNELS), 1)) + (0.0 if shift is None else shift[None, :, None])
+    return rng.normal(loc=levels, size=(n, len(CHANNELS), WINDOW))
+
+
 @dataclass
 class TinyModels:
-    """ONNX files, their model cards (without test metrics) and the sensor test split the gate uses."""
+    """ONNX files, their model cards (without test metrics), the sensor test split the gate uses and the
+    training reference files."""
 
     good_sensor: Path
     bad_sensor: Path
@@ -119,6 +134,8 @@ class TinyModels:
     molecule_card: dict
     test_windows: np.ndarray
     test_labels: np.ndarray
+    sensor_reference: Path
+    molecule_reference: Path
 
 
 @functools.cache
@@ -133,7 +150,7 @@ def tiny_models(root: Path) -> TinyModels:
                    "channels": CHANNELS, "window": WINDOW,
                    "horizon": 8, "featurizer": featurizer.to_dict(), "threshold": 0.5, "ensemble_size": 2}
     good, bad = sensor_onnx(root / "good.onnx", seed=1), sensor_onnx(root / "bad.onnx", seed=2)
-    windows = rng.normal(loc=rng.normal(size=(96, len(CHANNELS), 1)), size=(96, len(CHANNELS), WINDOW))
+    windows = sensor_windows(96, seed=1)
     probability = SensorPredictor(good, sensor_card, prefer_cuda=False).predict(windows)["probability"]
     labels = (probability >= np.median(probability)).astype(np.int64)
     tokenizer = SmilesTokenizer.build(["CCO", "c1ccccc1O", "CC(=O)N", "ClCBr"], max_length=32)
@@ -141,7 +158,11 @@ def tiny_models(root: Path) -> TinyModels:
                      "featurizer_version": FEATURIZER_VERSION,
                      "tokenizer": tokenizer.to_dict(), "ensemble_size": 1, "outputs": ["value", "uncertainty"]}
     molecule = molecule_onnx(root / "molecule.onnx", tokenizer)
-    return TinyModels(good, bad, molecule, sensor_card, molecule_card, windows, labels)
+    sensor_file = write_reference(root / "sensor-reference.npz",
+                                  sensor_reference(sensor_windows(2000, seed=2), CHANNELS))
+    molecule_file = write_reference(root / "molecule-reference.npz",
+                                    molecule_reference([canonical_smiles(s) for s in TRAINING_SMILES]))
+    return TinyModels(good, bad, molecule, sensor_card, molecule_card, windows, labels, sensor_file, molecule_file)
 
 
 @dataclass
@@ -166,9 +187,10 @@ def _sensor_card(models: TinyModels, onnx_path: Path) -> dict:
             "onnx_sha256": sha256_file(onnx_path)}
 
 
-def build_registry(root: Path, models: TinyModels) -> Registry:
+def build_registry(root: Path, models: TinyModels, references: bool = True) -> Registry:
     """Register, through the real gate: the bad sensor model (first champion), the good one (promoted over
-    it), the bad one again (refused); and the molecule model (first champion)."""
+    it), the bad one again (refused); and the molecule model (first champion). Each with its training reference
+    unless not `references`."""
     root.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
@@ -182,13 +204,15 @@ def build_registry(root: Path, models: TinyModels) -> Registry:
     sensor_outcomes = []
     for onnx_path in (models.bad_sensor, models.good_sensor, models.bad_sensor):
         with mlflow.start_run(experiment_id=experiment):
-            sensor_outcomes.append(register_and_gate(SENSOR_GATE, _sensor_card(models, onnx_path), onnx_path, None,
-                                                     sensor_metrics, key))
+            sensor_outcomes.append(register_and_gate(
+                SENSOR_GATE, _sensor_card(models, onnx_path), onnx_path, None, sensor_metrics, key,
+                extra_files={REFERENCE: models.sensor_reference} if references else None))
     molecule_card = {**models.molecule_card, "test_metrics": {"rmse": 1.0, "mae": 0.8}, "calibration_error": 0.0,
                      "onnx_sha256": sha256_file(models.molecule)}
     with mlflow.start_run(experiment_id=experiment):
         molecule_outcome = register_and_gate(MOLECULE_GATE, molecule_card, models.molecule, None,
-                                             lambda *_: {"rmse": 9.0}, key)
+                                             lambda *_: {"rmse": 9.0}, key,
+                                             extra_files={REFERENCE: models.molecule_reference} if references else None)
     return Registry(uri, key, sensor_outcomes, molecule_outcome)
 
 

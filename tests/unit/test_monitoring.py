@@ -18,8 +18,8 @@ from flows.config import MonitorConfig
 from flows.monitoring.reports import family_report
 from flows.monitoring.scenario import logistic_onnx
 from models.metrics import expected_calibration_error
-from models.monitoring import (bin_shares, descriptor_matrix, molecule_reference, morgan_bits, nearest_similarity,
-                               out_of_range, psi, sensor_drift, sensor_reference, window_means)
+from models.drift import bin_shares, nearest_similarity, out_of_range, psi, window_means
+from models.monitoring import descriptor_matrix, molecule_reference, morgan_bits, sensor_drift, sensor_reference
 from models.onnx_runtime import load_session, run
 from models.recalibration import apply_probability_map, compose_recalibration, fit_probability_map
 

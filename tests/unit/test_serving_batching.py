@@ -130,6 +130,37 @@ def test_a_large_request_is_answered_in_pieces_and_does_not_hold_back_a_small_on
     assert large[0] == [2 * x for x in range(100, 120)]  # pieces come back in order
 
 
+def test_with_a_quantum_costly_items_wait_turns_while_cheap_ones_of_other_requests_go():
+    async def main():
+        model = Model()
+        model.hold()
+        b = Batcher(model, max_items=4, max_bytes=1000, share=1, size_of=lambda x: x, quantum=100)
+        first = asyncio.create_task(b.submit([10]))  # takes the free slot
+        await settle()
+        costly = asyncio.create_task(b.submit([500, 500]))
+        cheap = [asyncio.create_task(b.submit([20 + i])) for i in range(6)]
+        await settle()
+        model.release()
+        await asyncio.gather(first, costly, *cheap)
+        return model.calls
+
+    calls = asyncio.run(main())
+    assert calls[0] == [10]
+    # the 500s wait 5 turns each (100 of credit per turn); the cheap requests go meanwhile, 4 per call
+    assert calls[1] == [20, 21, 22, 23] and calls[2] == [24, 25]
+    assert calls[3] == [500] and calls[4] == [500]
+
+
+def test_a_lone_costly_item_goes_at_once_with_a_quantum():
+    async def main():
+        model = Model()
+        b = Batcher(model, max_items=4, max_bytes=1000, share=1, size_of=lambda x: x, quantum=100)
+        return await b.submit([900]), model.calls
+
+    (results, _), calls = asyncio.run(main())
+    assert results == [1800] and calls == [[900]]
+
+
 def test_a_request_whose_caller_stopped_waiting_is_dropped():
     async def main():
         model = Model()
