@@ -1,12 +1,14 @@
-"""What the prediction log costs (not a test): throughput at 32 concurrent clients with the log on and off,
-side by side, for each loaded model family.
+"""What the prediction log and shadow mode cost (not a test): throughput at 32 concurrent clients with the log
+off, on, and on with SERVING_ROLLOUT=shadow, side by side, for each loaded model family.
 
     .venv/bin/python bench/logging_overhead.py                    # SQLite store in a temp folder
     .venv/bin/python bench/logging_overhead.py --store postgresql://user@host/db --rounds 5
 
-Two services run at once on the project's registry, one with SERVING_PREDICTION_LOG=true (writing to
-`--store`, by default a fresh SQLite file, never the project's own store) and one with it false; the load goes to
-one at a time, alternating which comes first in each round, and each mode's median over the rounds is compared:
+Three services run at once on the project's registry (MLFLOW_TRACKING_URI and SERVING_VERIFY_KEY name another):
+SERVING_PREDICTION_LOG=false, =true (writing to `--store`, by default a fresh SQLite file, never the project's own
+store), and =true with SERVING_ROLLOUT=shadow (the `challenger` alias runs beside every answer and is logged too; a
+family whose challenger is its champion's version has nothing to shadow, and the notes say so). The load goes to
+one at a time, rotating which comes first in each round, and each mode's median over the rounds is compared:
 throughput, and the CPU time the service (with its featurisation workers) spends per request. Then, apart from
 any HTTP load, the CPU time the log itself spends per prediction (request path and writer thread) is measured in
 this process, the figure a busy machine disturbs least.
@@ -37,23 +39,24 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.serving import RESULTS, bodies, free_port, load  # noqa: E402
+from bench.serving import FALLBACK_SMILES, RESULTS, Kind, drive, free_port  # noqa: E402
 from contract.prediction_store import engine_for  # noqa: E402
 from serving.loading import LoadedModel  # noqa: E402
 from serving.log_writer import StoreWriter  # noqa: E402
 from serving.metrics import ServiceMetrics  # noqa: E402
 from serving.prediction_log import PredictionLog, rows_of  # noqa: E402
 
-MODES = ("off", "on")
+MODES = ("off", "on", "shadow")
 GROUP = 50  # predictions per transaction in the in-process measurement: about half a second at 100 requests/s
 
 
 @contextlib.contextmanager
-def logged(enabled: bool, store: str) -> Iterator[tuple[str, psutil.Process]]:
-    """`python -m serving` with the prediction log on (writing to `store`) or off: its URL and process."""
+def logged(mode: str, store: str) -> Iterator[tuple[str, psutil.Process]]:
+    """`python -m serving` with the prediction log off, on (writing to `store`), or on in shadow mode: its URL
+    and process."""
     port = free_port()
-    env = {**os.environ, "SERVING_PORT": str(port), "SERVING_PREDICTION_LOG": str(enabled).lower(),
-           "SERVING_PREDICTION_STORE": store}
+    env = {**os.environ, "SERVING_PORT": str(port), "SERVING_PREDICTION_LOG": str(mode != "off").lower(),
+           "SERVING_PREDICTION_STORE": store, "SERVING_ROLLOUT": "shadow" if mode == "shadow" else "off"}
     process = subprocess.Popen([sys.executable, "-m", "serving"], cwd=ROOT, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -80,10 +83,30 @@ def cpu_seconds(process: psutil.Process) -> float:
     return total
 
 
+def bodies(model: dict) -> list[dict]:
+    """16 one-item bodies: a random sensor window (T, C), or one of bench/serving.py's fallback SMILES."""
+    if model["family"] == "sensor":
+        rng = np.random.default_rng(0)
+        return [{"windows": np.round(rng.normal(size=(1, model["window"], len(model["channels"]))), 3).tolist()}
+                for _ in range(16)]
+    return [{"smiles": [smiles]} for smiles in FALLBACK_SMILES[:16]]
+
+
 def fleet_bodies(model: dict) -> list[dict]:
-    """bench/serving.py's one-item bodies; sensor windows also name their unit and time."""
+    """The one-item bodies; sensor windows also name their unit and time, as a fleet sends them."""
     return [{**body, "units": [f"unit-{i % 8}"], "times": [float(i)]} if model["family"] == "sensor" else body
             for i, body in enumerate(bodies(model))]
+
+
+def load(url: str, path: str, payloads: list[dict], clients: int, seconds: float, headers: dict) -> dict:
+    """bench/serving.py's keep-alive load generator: `clients` clients posting `payloads` in turn for `seconds`.
+    Returns requests, errors, throughput_rps (answered ones) and p99_ms."""
+    encoded = [json.dumps(payload).encode() for payload in payloads]
+    raw = "".join(f"{key}: {value}\r\n" for key, value in headers.items()).encode()
+    kind = Kind("load", path, lambda n: encoded[n % len(encoded)], 1)
+    result = asyncio.run(drive(url, [[kind]] * clients, seconds, raw))["load"]
+    return {"requests": result["requests"], "errors": result["errors"], "throughput_rps": result["items_per_s"],
+            "p99_ms": result["p99_ms"]}
 
 
 def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
@@ -127,20 +150,23 @@ def log_counts(url: str, headers: dict) -> dict:
 def markdown(report: dict) -> str:
     lines = [f"# Prediction log overhead ({report['when']})", "",
              f"{report['machine']}; {report['clients']} clients, one item per request, {report['seconds']} s per run, "
-             f"{report['rounds']} rounds alternating log off/on; store: {report['store']}; loopback.", "",
-             "| model | version | req/s log off | req/s log on | throughput cost | service CPU ms/request off | "
-             "on | CPU cost | p99 ms off | p99 ms on | req/s runs off | req/s runs on |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"{report['rounds']} rounds rotating log off/on/shadow; store: {report['store']}; loopback.", "",
+             "| model | version | req/s log off | req/s log on | throughput cost | req/s shadow | shadow cost | "
+             "service CPU ms/request off | on | shadow | CPU cost on | shadow | p99 ms off | on | shadow | "
+             "req/s runs off | on | shadow |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["summary"]:
         lines.append(f"| {row['family']} | {row['version']} | {row['off_rps']} | {row['on_rps']} | {row['cost_percent']} % "
-                     f"| {row['off_cpu_ms']} | {row['on_cpu_ms']} | {row['cpu_cost_percent']} % | {row['off_p99_ms']} "
-                     f"| {row['on_p99_ms']} | {row['off_runs']} | {row['on_runs']} |")
+                     f"| {row['shadow_rps']} | {row['shadow_cost_percent']} % | {row['off_cpu_ms']} | {row['on_cpu_ms']} "
+                     f"| {row['shadow_cpu_ms']} | {row['cpu_cost_percent']} % | {row['shadow_cpu_cost_percent']} % "
+                     f"| {row['off_p99_ms']} | {row['on_p99_ms']} | {row['shadow_p99_ms']} | {row['off_runs']} "
+                     f"| {row['on_runs']} | {row['shadow_runs']} |")
     lines += ["", "Measured in-process, apart from the HTTP load (request path and writer thread, SQLite, "
               f"{GROUP} predictions per transaction):", "",
               "| model | log CPU ms per prediction | share of the service's CPU per request (log off) |", "|---|---|---|"]
     lines += [f"| {row['family']} | {row['log_cpu_ms_in_process']} | {row['log_cpu_share_percent']} % |"
               for row in report["summary"]]
-    lines += ["", f"Rows the logged service wrote and dropped: {report['log_counts']}", "",
+    lines += ["", f"Rows the logged services wrote and dropped: {report['log_counts']}", "",
               *[f"- {note}" for note in report["notes"]]]
     return "\n".join(lines) + "\n"
 
@@ -160,24 +186,31 @@ def main() -> None:
     store = args.store or f"sqlite:///{scratch}/predictions.db"
 
     runs: list[dict] = []
-    with logged(False, store) as off, logged(True, store) as on:
-        services = {"off": off, "on": on}
+    shadow_store = f"sqlite:///{scratch}/shadow.db" if args.store is None else store
+    with logged("off", store) as off, logged("on", store) as on, logged("shadow", shadow_store) as shadow:
+        services = {"off": off, "on": on, "shadow": shadow}
         info = httpx.get(f"{on[0]}/v1/models", headers=headers).json()
         notes = [f"{family}: not benchmarked, {problem}" for family, problem in info["problems"].items()]
+        shadowed = {m["family"]: m["version"] for m in
+                    httpx.get(f"{shadow[0]}/v1/models", headers=headers).json()["rollout"]["challengers"]}
+        notes += [f"{model['family']}: shadow runs challenger version {shadowed[model['family']]}"
+                  if model["family"] in shadowed else
+                  f"{model['family']}: no challenger apart from the champion, the shadow row measures no shadow call"
+                  for model in info["models"]]
         for model in info["models"]:
             payloads, path = fleet_bodies(model), f"/v1/{model['family']}/predict"
             for url, _ in services.values():
-                asyncio.run(load(url, path, payloads, 2, 1.0, headers))  # warm-up
+                load(url, path, payloads, 2, 1.0, headers)  # warm-up
             for round_ in range(args.rounds):
-                for mode in MODES if round_ % 2 == 0 else MODES[::-1]:
+                for mode in MODES[round_ % len(MODES):] + MODES[:round_ % len(MODES)]:
                     url, process = services[mode]
                     before = cpu_seconds(process)
-                    result = asyncio.run(load(url, path, payloads, args.clients, args.seconds, headers))
+                    result = load(url, path, payloads, args.clients, args.seconds, headers)
                     cpu_ms = 1000 * (cpu_seconds(process) - before) / max(result["requests"], 1)
                     runs.append({"family": model["family"], "version": model["version"], "mode": mode,
                                  "round": round_, **result, "service_cpu_ms_per_request": round(cpu_ms, 3)})
                     print(json.dumps(runs[-1]))
-        counts = log_counts(on[0], headers)
+        counts = {mode: log_counts(services[mode][0], headers) for mode in ("on", "shadow")}
         in_process = {model["family"]: log_cpu_ms(model, args.in_process, scratch) for model in info["models"]}
     shutil.rmtree(scratch)
 
@@ -194,15 +227,18 @@ def main() -> None:
                         "cpu_cost_percent": round(100 * (cpu["on"] / cpu["off"] - 1), 1),
                         "log_cpu_ms_in_process": round(in_process[model["family"]], 3),
                         "log_cpu_share_percent": round(100 * in_process[model["family"]] / cpu["off"], 1),
-                        "off_p99_ms": median["p99_ms"]["off"], "on_p99_ms": median["p99_ms"]["on"],
-                        "off_runs": ", ".join(str(r["throughput_rps"]) for r in mine["off"]),
-                        "on_runs": ", ".join(str(r["throughput_rps"]) for r in mine["on"])})
+                        "shadow_rps": round(rps["shadow"], 1),
+                        "shadow_cost_percent": round(100 * (1 - rps["shadow"] / rps["off"]), 1),
+                        "shadow_cpu_ms": round(cpu["shadow"], 3),
+                        "shadow_cpu_cost_percent": round(100 * (cpu["shadow"] / cpu["off"] - 1), 1),
+                        **{f"{mode}_p99_ms": median["p99_ms"][mode] for mode in MODES},
+                        **{f"{mode}_runs": ", ".join(str(r["throughput_rps"]) for r in mine[mode]) for mode in MODES}})
     shown_store = "SQLite in a temp folder" if args.store is None else store.split("://")[0]  # no credentials
     report = {"when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rounds": args.rounds,
               "clients": args.clients, "store": shown_store,
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "summary": summary, "log_counts": counts, "runs": runs,
-              "notes": notes + ["target: the log costs at most 10 % of throughput"]}
+              "notes": notes + ["target: logging and shadow mode each cost at most 10 % of throughput (vs log off)"]}
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "logging_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
     (RESULTS / "logging_overhead.md").write_text(markdown(report))

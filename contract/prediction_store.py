@@ -12,7 +12,9 @@ Tables (one row per item, not per request):
   readings}; molecule {"canonical_smiles"} and, when the served version has a training reference, its applicability
   domain: "nearest_similarity" (Tanimoto to the nearest training molecule), "in_domain" and
   "descriptors_out_of_range" (share of descriptors outside the training range)), output (JSON: the answered
-  fields, without the id, the SMILES and the applicability domain).
+  fields, without the id, the SMILES and the applicability domain; empty when the model call failed), latency_ms
+  (the request's model call, queueing and featurisation included) and failed (whether that call raised): what the
+  rollout judge reads for the service SLOs. Both are null in rows written before them.
 - `outcomes`: prediction_id, family, observed (label 0/1 or value), received_at (UTC).
 
 Both sides find the store the same way (`resolve_url`): SERVING_PREDICTION_STORE when set, else DEFAULT_URL, a
@@ -29,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from sqlalchemy import (JSON, Column, DateTime, Float, Index, MetaData, String, Table, create_engine, delete, event,
-                        func, select, tuple_)
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, MetaData, String, Table, and_, create_engine,
+                        delete, event, func, inspect, select, text, tuple_)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 
@@ -57,9 +59,13 @@ predictions = Table(
     Column("input_digest", String(64), nullable=False),
     Column("input_summary", JSON, nullable=False),
     Column("output", JSON, nullable=False),
+    Column("latency_ms", Float),
+    Column("failed", Boolean),
     Index("predictions_family_created", "family", "created_at"),
     Index("predictions_unit_time", "unit", "time"),
+    Index("predictions_request", "request_id"),
 )
+ADDED_COLUMNS = ("latency_ms", "failed")  # nullable columns added after the first release: added to older stores
 
 outcomes = Table(
     "outcomes", metadata,
@@ -102,11 +108,30 @@ def engine_for(url: str) -> Engine:
 
 
 def create_tables(engine: Engine) -> None:
-    """The tables and indexes, when missing (a SQLite file's folder is created too)."""
+    """The tables and indexes, when missing (a SQLite file's folder is created too); a store made before
+    ADDED_COLUMNS gets them (nullable, so its rows stay as they were)."""
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
     metadata.create_all(engine)
+    _add_missing_columns(engine)
+    for index in predictions.indexes:  # create_all skips the indexes of a table that exists
+        index.create(engine, checkfirst=True)
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """ALTER TABLE ... ADD COLUMN for each of ADDED_COLUMNS the `predictions` table lacks. Another process may
+    add one at the same moment: its error is ignored when the column then exists."""
+    for name in ADDED_COLUMNS:
+        if name in {c["name"] for c in inspect(engine).get_columns("predictions")}:
+            continue
+        kind = predictions.c[name].type.compile(dialect=engine.dialect)
+        try:
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE predictions ADD COLUMN {name} {kind}"))
+        except Exception:
+            if name not in {c["name"] for c in inspect(engine).get_columns("predictions")}:
+                raise
 
 
 def connect(url: str) -> Engine:
@@ -206,6 +231,35 @@ def read_predictions(engine: Engine, family: str | None = None, since: datetime.
         row["created_at"] = _utc(row["created_at"])
         row["received_at"] = row["received_at"] and _utc(row["received_at"])
     return rows
+
+
+def read_rollout(engine: Engine, family: str, name: str, version: str, roles: Sequence[str], limit: int,
+                 since: datetime.datetime | None = None) -> list[dict]:
+    """The newest `limit` predictions of `name` version `version` in `roles` made since `since`, oldest first:
+    id, created_at, role, request_id, latency_ms, failed, output, observed (None: no outcome yet). A shadow row
+    whose request was answered by id takes the outcome of the answered row with the same request and input
+    (request_id, input_digest): the client never saw the shadow row's id."""
+    answered, paired = predictions.alias("answered"), outcomes.alias("paired")
+    joined = (predictions.outerjoin(outcomes, outcomes.c.prediction_id == predictions.c.id)
+              .outerjoin(answered, and_(predictions.c.role == "shadow", answered.c.role != "shadow",
+                                        answered.c.request_id == predictions.c.request_id,
+                                        answered.c.input_digest == predictions.c.input_digest))
+              .outerjoin(paired, paired.c.prediction_id == answered.c.id))
+    query = (select(predictions.c.id, predictions.c.created_at, predictions.c.role, predictions.c.request_id,
+                    predictions.c.latency_ms, predictions.c.failed, predictions.c.output,
+                    func.coalesce(outcomes.c.observed, paired.c.observed).label("observed"))
+             .select_from(joined)
+             .where(predictions.c.family == family, predictions.c.model_name == name,
+                    predictions.c.model_version == str(version), predictions.c.role.in_(list(roles)))
+             .order_by(predictions.c.created_at.desc(), predictions.c.id.desc()).limit(limit))
+    if since is not None:
+        query = query.where(predictions.c.created_at >= _stored(since))
+    with engine.connect() as connection:
+        rows = [dict(row._mapping) for row in connection.execute(query)]
+    unique = list({row["id"]: row for row in reversed(rows)}.values())  # a SMILES sent twice pairs twice
+    for row in unique:
+        row["created_at"] = _utc(row["created_at"])
+    return unique
 
 
 def read_outcomes(engine: Engine, family: str | None = None,

@@ -1,5 +1,6 @@
 """The registry both sides use: model names, aliases, where the MLflow store and the signing key are, opening the
-store without ever creating it, and alias moves that leave an audit trail in the registry.
+store without ever creating it, and alias moves that leave an audit trail in the registry and in the alias audit
+log (contract/audit.py).
 
 Settings come from params.yaml, but only from the parts the service shares with the pipeline (`tracking` and
 each family's `registry.model_name`), so a training-only setting can never stop serving.
@@ -21,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 
+from contract.audit import append_move, audit_log_path
 from contract.card import CardError, read_card
 from contract.manifest import ManifestError, public_key_path, verify_directory
 
@@ -110,7 +112,8 @@ def actor(role: str) -> str:
 
 def move_alias(client: MlflowClient, name: str, alias: str, version: str, by: str, why: str) -> str | None:
     """Point `alias` at `version` and record who, when, from which version and why: tags `<alias>.set_by`,
-    `.set_at`, `.reason`, `.previous` on the version, and an `audit.<time>` tag on the registered model.
+    `.set_at`, `.reason`, `.previous` on the version, a record in the registry's alias audit log (when it has one,
+    contract/audit.py) and an `audit.<time>` tag on the registered model (with that record's sha256).
     Returns the version the alias pointed to before (None if none)."""
     previous = alias_version(client, name, alias)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -119,12 +122,16 @@ def move_alias(client: MlflowClient, name: str, alias: str, version: str, by: st
     for key, value in {"set_by": by, "set_at": when, "reason": why, "previous": previous or "none"}.items():
         client.set_model_version_tag(name, version, f"{alias}.{key}", value[:5000])
     record = {"at": when, "alias": alias, "from": previous, "to": str(version), "by": by, "why": why}
+    log = audit_log_path(client._registry_uri)
+    if log is not None:
+        record["sha256"] = append_move(log, {**record, "model": name})
     client.set_registered_model_tag(name, f"audit.{now:%Y%m%dT%H%M%S.%fZ}", json.dumps(record)[:5000])
     return previous
 
 
 def audit_trail(client: MlflowClient, name: str) -> list[dict]:
-    """Every recorded alias move of `name`, oldest first: {at, alias, from, to, by, why}."""
+    """Every recorded alias move of `name`, oldest first: {at, alias, from, to, by, why, and sha256: the audit log
+    record's, when the registry has a log}."""
     tags = client.get_registered_model(name).tags
     return [json.loads(value) for key, value in sorted(tags.items()) if key.startswith("audit.")]
 

@@ -90,6 +90,25 @@ class OrchestrationConfig(StrictModel):
     dask_workers: int = Field(2, ge=1, description="dask without an address: workers of the local cluster")
 
 
+class RolloutJudgeConfig(StrictModel):
+    """The monitor's rollout judge: a `challenger` a service runs in shadow or canary against the champion, on
+    live labelled outcomes and the service SLOs; it promotes, rolls back or waits (docs/monitoring.md)."""
+
+    enabled: bool = Field(True, description="judge each family's challenger when it is not the champion's version")
+    window: int = Field(5000, ge=10, description="the last N predictions of each side that are judged")
+    min_outcomes: int = Field(200, ge=10, description="labelled outcomes each side needs before a verdict on quality")
+    min_requests: int = Field(100, ge=1, description="challenger requests needed before its SLOs are judged (and "
+                              "before a promotion)")
+    tolerance: float = Field(0.0, ge=0, description="the challenger's primary metric (the family's "
+                             "registry.primary_metric) and Brier score may be this much worse than the champion's")
+    max_calibration_loss: float = Field(0.02, ge=0, description="a calibration error (ECE, or |coverage - nominal|) "
+                                        "this much above the champion's is a degradation: rollback")
+    max_error_rate: float = Field(0.01, ge=0, le=1, description="SLO: share of the challenger's requests whose model "
+                                  "call failed; above it: rollback")
+    max_p99_ms: float = Field(1000.0, gt=0, description="SLO: p99 of the challenger's model call latency (ms); above "
+                              "it: rollback")
+
+
 class MonitorConfig(StrictModel):
     """The `monitor` flow: where the prediction store is, what it reads, the thresholds that raise an alarm, and
     the recalibration an alarm triggers (docs/monitoring.md)."""
@@ -109,6 +128,7 @@ class MonitorConfig(StrictModel):
     recalibrate: bool = Field(True, description="on an alarm with at least min_outcomes outcomes, fit and gate a recalibration")
     holdout_fraction: float = Field(0.3, gt=0, lt=1, description="the newest share of the outcomes judges the "
                                     "recalibration (the gate); the rest fits it")
+    judge: RolloutJudgeConfig = Field(default_factory=RolloutJudgeConfig)
 
 
 class SweepConfig(StrictModel):

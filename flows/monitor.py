@@ -1,10 +1,11 @@
 """Flow `monitor`: each family's champion against its training reference and its labelled outcomes, from the
-prediction store the service fills; a gated recalibration when a threshold is crossed (docs/monitoring.md).
+prediction store the service fills; the rollout judge of a challenger the service runs in shadow or canary; a
+gated recalibration when a threshold is crossed (docs/monitoring.md).
 
     python -m flows.monitor [--params params.yaml]
 
-One MLflow run `<family>.monitor` per family (metrics, report JSON, reliability plot), and `<family>.recalibrate`
-when it recalibrates. Retraining stays the weekly flow."""
+One MLflow run `<family>.monitor` per family (metrics, report JSON with the judge's decision, reliability plot),
+and `<family>.recalibrate` when it recalibrates. Retraining stays the weekly flow."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from contract.reference import read_reference
 from contract.registry import CHAMPION, FAMILIES, alias_version, download_verified, sqlite_file
 from flows import plots
 from flows._environment import workspace
+from flows.monitoring.judge import judge_rollout
 from flows.monitoring.recalibrate import recalibrate
 from flows.monitoring.reports import family_report, served_probability
 from flows.monitoring.store import labelled_predictions, recent_predictions, shown_url, store_url
@@ -31,7 +33,8 @@ from flows.tracking import log_json, signing_key, stage_run, use_tracking
 
 
 def monitor_family(params: Params, family: str, engine, store: str, client: MlflowClient, public_key) -> dict:
-    """Report on the champion of `family`; recalibrate it on an alarm when allowed and enough outcomes exist."""
+    """Report on the champion of `family` and judge its challenger; recalibrate the champion on an alarm when
+    allowed, enough outcomes exist and the judge did not replace it."""
     cfg, name = params.monitor, getattr(params, family).registry.model_name
     version = alias_version(client, name, CHAMPION)
     if version is None:
@@ -42,9 +45,14 @@ def monitor_family(params: Params, family: str, engine, store: str, client: Mlfl
         labelled = labelled_predictions(engine, family, name, version, cfg.window)
         report = {"model_name": name, "version": version, "store": store,
                   **family_report(champion.card, read_reference(champion.directory), recent, labelled, cfg)}
+        if cfg.judge.enabled:
+            report["rollout"] = judge_rollout(cfg.judge, getattr(params, family).registry, family, engine, client,
+                                              public_key, champion)
+        rollout = report.get("rollout", {})
         with stage_run(params.tracking, family, "monitor", {"monitor": cfg.model_dump()}):
-            mlflow.set_tags({"monitor.model": f"{name} v{version}", "monitor.alarms": str(len(report["alarms"]))})
-            mlflow.log_metrics(report["metrics"])
+            mlflow.set_tags({"monitor.model": f"{name} v{version}", "monitor.alarms": str(len(report["alarms"])),
+                             "monitor.rollout": rollout.get("decision", "none")})
+            mlflow.log_metrics({**report["metrics"], **rollout.get("metrics", {})})
             log_json(report, "monitor_report.json")
             if champion.card["task"] == "classification" and len(labelled):
                 p = np.array([served_probability(o) for o in labelled["output"]])
@@ -52,7 +60,10 @@ def monitor_family(params: Params, family: str, engine, store: str, client: Mlfl
                                                    Path(scratch) / "reliability_outcomes.png")
                 mlflow.log_artifact(str(figure))
         if report["alarms"] and cfg.recalibrate:
-            if len(labelled) >= cfg.min_outcomes:
+            if rollout.get("decision") == "promote":
+                report["recalibration"] = {"skipped": f"the rollout judge promoted version "
+                                                      f"{rollout['challenger_version']}"}
+            elif len(labelled) >= cfg.min_outcomes:
                 report["recalibration"] = recalibrate(params, champion, labelled, store)
             else:
                 report["recalibration"] = {"skipped": f"{len(labelled)} labelled outcomes, fewer than "
@@ -64,6 +75,12 @@ def _describe(family: str, report: dict) -> str:
     if "skipped" in report:
         return f"{family}: {report['skipped']}"
     text = f"{family} v{report['version']}: " + ("; ".join(report["alarms"]) or "no alarm")
+    rollout = report.get("rollout", {})
+    if "decision" in rollout:
+        text += (f"; rollout judge on challenger v{rollout['challenger_version']}: {rollout['decision']} "
+                 f"({'; '.join(rollout['reasons'])})")
+        if "answered_share" in rollout:
+            text += f", it answered {rollout['answered_share']:.1%} of the requests"
     recalibration = report.get("recalibration")
     if recalibration and "skipped" in recalibration:
         text += f"; no recalibration ({recalibration['skipped']})"

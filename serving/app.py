@@ -20,7 +20,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from contract.registry import RegistrySettings
+from contract.registry import CHALLENGER, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
 from serving.auth import api_key_guard
@@ -38,6 +38,7 @@ from serving.monitoring import Monitor, monitoring_router
 from serving.open_inference import protocol_router
 from serving.predict import NotReady, Predictions
 from serving.prediction_log import PredictionLog
+from serving.rollout import Rollout
 from serving.schemas import (
     ModelsAnswer, MoleculeRequest, MoleculeResponse, Readiness, SensorRequest, SensorResponse,
 )
@@ -91,7 +92,8 @@ def build_store(settings: ServingSettings) -> ModelStore:
     sections (MLFLOW_TRACKING_URI and SERVING_VERIFY_KEY win); nothing else of the file is read."""
     registry = RegistrySettings.from_params(settings.params_file)
     verify_key = Path(settings.verify_key) if settings.verify_key else registry.verify_key
-    return ModelStore(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda)
+    return ModelStore(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda,
+                      challenger_alias=CHALLENGER if settings.rollout != "off" else None)
 
 
 def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
@@ -102,6 +104,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     predictions = Predictions(store, settings, metrics)
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
     prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
+    rollout = Rollout(settings, store, predictions, prediction_log, metrics)  # champion, shadow or canary
     monitor = Monitor(store, settings, metrics, prediction_log)  # drift, domain and outcome figures, in the background
 
     async def refresh() -> dict[str, str]:
@@ -136,6 +139,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
+        await rollout.stop()
         with contextlib.suppress(asyncio.CancelledError):
             await monitoring
         await predictions.stop()
@@ -148,6 +152,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
     app.state.predictions = predictions
     app.state.prediction_log = prediction_log
+    app.state.rollout = rollout
     app.state.monitor = monitor
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics)
@@ -226,8 +231,10 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
 
     @v1.get("/models", tags=["models"], response_model=ModelsAnswer)
     async def models() -> dict:
-        """Each loaded model: name, version, alias, provider, sha256, test metrics (and sensor input layout)."""
-        return {"models": [m.describe() for m in store.models.values()], "problems": store.problems}
+        """Each loaded model: name, version, alias, provider, sha256, test metrics (and sensor input layout); the
+        rollout mode and its challengers."""
+        return {"models": [m.describe() for m in store.models.values()], "problems": store.problems,
+                "rollout": rollout.describe()}
 
     sensor_body = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": SensorRequest.model_json_schema()}}}}
@@ -240,8 +247,8 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         check_count(len(body.windows), settings.max_items, "windows")
         windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
         metrics.request_items.labels("sensor").observe(len(windows))
-        rows, model = await within_deadline(request, predictions.predict_windows(windows), settings.request_timeout_s)
-        prediction_log.record_windows(windows, rows, model, body.units, body.times)
+        rows, model = await within_deadline(request, rollout.windows(windows, body.units, body.times),
+                                            settings.request_timeout_s)
         monitor.record_windows(windows, model)
         return _answer(model, rows)
 
@@ -253,8 +260,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         check_smiles(body.smiles, settings.max_smiles_length)
         predictions.model_of("molecule")
         metrics.request_items.labels("molecule").observe(len(body.smiles))
-        rows, model = await within_deadline(request, predictions.predict_smiles(body.smiles), settings.request_timeout_s)
-        prediction_log.record_smiles(rows, model)
+        rows, model = await within_deadline(request, rollout.smiles(body.smiles), settings.request_timeout_s)
         monitor.record_smiles(rows, model)
         return _answer(model, rows)
 
@@ -271,7 +277,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def reload() -> dict:
         changes = await refresh()
         return {"changes": changes, "models": [m.describe() for m in store.models.values()],
-                "problems": store.problems}
+                "problems": store.problems, "rollout": rollout.describe()}
 
     v1.include_router(feedback_router(prediction_log, settings.max_items))
     v1.include_router(monitoring_router(monitor))

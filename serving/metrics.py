@@ -33,6 +33,16 @@ class ServiceMetrics:
                                         registry=self.registry)
         self.log_dropped_rows = Counter("serving_prediction_log_dropped_rows", "prediction rows not written, by reason "
                                         "(queue_full, store_error, shutdown)", ["reason"], registry=self.registry)
+        # each role's model calls (serving.rollout): champion, challenger (canary), shadow
+        self.model_requests = Counter("serving_model_requests", "prediction requests, by the role of the model "
+                                      "called", ["family", "role"], registry=self.registry)
+        self.model_errors = Counter("serving_model_errors", "prediction requests whose model call failed",
+                                    ["family", "role"], registry=self.registry)
+        self.model_latency = Histogram("serving_model_duration_seconds", "one request's model call (queueing and "
+                                       "featurisation included)", ["family", "role"], registry=self.registry,
+                                       buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.shadow_dropped = Counter("serving_shadow_dropped", "shadow calls not made: SERVING_SHADOW_MAX_PENDING "
+                                      "were pending", ["family"], registry=self.registry)
         self.log_pruned_rows = Counter("serving_prediction_log_pruned_rows", "prediction rows deleted by retention "
                                        "and size limits", registry=self.registry)
 

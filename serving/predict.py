@@ -1,15 +1,19 @@
 """The two prediction paths behind the HTTP routes, for any router to call: sensor windows or SMILES in, one
-answer per item out, through the fair micro-batchers (serving.batching) and the featurisation pool."""
+answer per item out, through the fair micro-batchers (serving.batching) and the featurisation pool. The
+champion and the challenger (serving.rollout) each have their own batchers and model threads, so a challenger
+call never queues a champion call."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from contract.registry import CHALLENGER, CHAMPION
 from serving.batching import Batcher
 from serving.domain import assess, unusable
 from serving.featurizing import Featurizer, Molecule, molecule_bytes
@@ -34,38 +38,45 @@ class Predictions:
         self.store, self.inline_items = store, settings.inline_max_items
         self.min_similarity = settings.monitor_min_similarity
         batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)
-        self.sensor = Batcher(self._run_sensor, **batch, size_of=lambda window: window.nbytes,
-                              on_batch=metrics.batch_items.labels("sensor").observe)
-        self.molecule = Batcher(self._run_molecule, **batch, size_of=molecule_bytes,
-                                on_batch=metrics.batch_items.labels("molecule").observe)
+        self.batchers = {}
+        for role in (CHAMPION, CHALLENGER):
+            self.batchers["sensor", role] = Batcher(
+                functools.partial(self._run_sensor, role), **batch, size_of=lambda window: window.nbytes,
+                on_batch=metrics.batch_items.labels("sensor").observe)
+            self.batchers["molecule", role] = Batcher(
+                functools.partial(self._run_molecule, role), **batch, size_of=molecule_bytes,
+                on_batch=metrics.batch_items.labels("molecule").observe)
         self.featurizer = Featurizer(settings.featurize_workers, settings.featurize_batch_items,
                                      settings.featurize_batch_chars, settings.featurize_turn_chars,
                                      settings.max_heavy_atoms,
                                      settings.feature_cache_mb * 2**20, settings.featurize_niceness,
                                      on_batch=metrics.batch_items.labels("featurize").observe)
-        # one thread per family: a model call never waits for the other family's
-        self._threads = {family: ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{family}")
-                         for family in ("sensor", "molecule")}
+        # one thread per family and role: a model call never waits for the other family's or the challenger's
+        self._threads = {(family, role): ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{family}-{role}")
+                         for family in ("sensor", "molecule") for role in (CHAMPION, CHALLENGER)}
 
-    def model_of(self, family: str) -> LoadedModel:
-        model = self.store.get(family)
+    def model_of(self, family: str, role: str = CHAMPION) -> LoadedModel:
+        """The model of `family` answering as `role` (`champion` or `challenger`); NotReady when none is loaded."""
+        model = self.store.get(family) if role == CHAMPION else self.store.challenger(family)
         if model is None:
-            raise NotReady(f"no {family} model is loaded yet: {self.store.problems.get(family, 'loading')}")
+            if role == CHAMPION:
+                raise NotReady(f"no {family} model is loaded yet: {self.store.problems.get(family, 'loading')}")
+            raise NotReady(f"no {family} challenger is loaded: {self.store.problems.get(f'{family}.{role}', 'none')}")
         return model
 
-    async def predict_windows(self, windows: np.ndarray) -> tuple[list[dict], LoadedModel]:
+    async def predict_windows(self, windows: np.ndarray, role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """Windows (n, T, C) float32, NaN for missing readings -> per window `failure_probability`, `alert`,
-        `uncertainty`, and the model that answered."""
-        answers, model = await self.sensor.submit(windows)
+        `uncertainty`, and the model (of `role`) that answered."""
+        answers, model = await self.batchers["sensor", role].submit(windows)
         return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u in answers], model
 
-    async def predict_smiles(self, smiles: Sequence[str]) -> tuple[list[dict], LoadedModel]:
+    async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability` and `uncertainty`,
         and its applicability domain when the model has a training reference (serving.domain); or its `error`."""
-        model = self.model_of("molecule")
+        model = self.model_of("molecule", role)
         featurized = await self.featurizer.featurize(smiles)
         molecules = [f for f in featurized if not isinstance(f, str)]
-        answers, model = await self.molecule.submit(molecules) if molecules else ([], model)
+        answers, model = await self.batchers["molecule", role].submit(molecules) if molecules else ([], model)
         key = "value" if model.predictor.task == "regression" else "probability"
         rows, answered = [], iter(answers)
         for item, molecule in zip(smiles, featurized):
@@ -78,13 +89,14 @@ class Predictions:
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 
-    async def _run_sensor(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
-        if sum(len(part) for part in parts) <= self.inline_items:  # cheaper than handing it to a thread
-            return self._sensor_call(parts)
-        return await asyncio.get_running_loop().run_in_executor(self._threads["sensor"], self._sensor_call, parts)
+    async def _run_sensor(self, role: str, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+        if role == CHAMPION and sum(len(part) for part in parts) <= self.inline_items:  # cheaper than a thread hop
+            return self._sensor_call(role, parts)
+        return await asyncio.get_running_loop().run_in_executor(self._threads["sensor", role], self._sensor_call,
+                                                                role, parts)
 
-    def _sensor_call(self, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
-        model = self.model_of("sensor")
+    def _sensor_call(self, role: str, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+        model = self.model_of("sensor", role)
         try:
             out = model.predictor.predict(np.concatenate(parts).transpose(0, 2, 1))
         except ValueError as error:  # the model was swapped for one with another input layout
@@ -92,11 +104,12 @@ class Predictions:
         rows = list(zip(out["probability"].tolist(), out["alert"].tolist(), out["uncertainty"].tolist()))
         return _split(rows, parts), model
 
-    async def _run_molecule(self, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
-        return await asyncio.get_running_loop().run_in_executor(self._threads["molecule"], self._molecule_call, parts)
+    async def _run_molecule(self, role: str, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
+        return await asyncio.get_running_loop().run_in_executor(self._threads["molecule", role], self._molecule_call,
+                                                                role, parts)
 
-    def _molecule_call(self, parts: list[list[Molecule]]) -> tuple[list[list[tuple]], LoadedModel]:
-        model = self.model_of("molecule")
+    def _molecule_call(self, role: str, parts: list[list[Molecule]]) -> tuple[list[list[tuple]], LoadedModel]:
+        model = self.model_of("molecule", role)
         molecules = [m for part in parts for m in part]
         out = model.predictor.predict_graphs([m.graph for m in molecules])
         if unusable(model.reference) is None:
@@ -112,7 +125,7 @@ class Predictions:
 
     def close(self) -> None:
         """Refuse new work and answer the waiting requests 'shutting down' (what is in flight finishes)."""
-        for batcher in (self.sensor, self.molecule):
+        for batcher in self.batchers.values():
             batcher.close()
         self.featurizer.close()
 
@@ -120,7 +133,7 @@ class Predictions:
         """Close, wait for the model calls in flight, end the featurisation workers and the model threads."""
         self.close()
         await self.featurizer.stop()
-        for batcher in (self.sensor, self.molecule):
+        for batcher in self.batchers.values():
             await batcher.drain()
         for threads in self._threads.values():
             threads.shutdown(wait=True)

@@ -2,10 +2,12 @@
 the prediction store (contract.prediction_store) through the background writer (serving.log_writer).
 
 On the request path only the ids are made and the request's record queued; digests and summaries are computed
-in the writer thread. A row holds the model (name, version, alias as role), the request id, the sensor unit and
-time when given, the sha256 of the input item, its summary (sensor: the channel names and, per channel, mean, std,
-min, max and missing share over the window's steps; molecule: the standardised canonical SMILES the model saw and
-its applicability domain, serving.domain) and the answer.
+in the writer thread. A row holds the model (name, version, role: `champion`, `challenger` for a canary answer,
+`shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
+summary (sensor: the channel names and, per channel, mean, std, min, max and missing share over the window's
+steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, serving.domain, or
+the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
+whether it failed.
 """
 
 from __future__ import annotations
@@ -41,6 +43,20 @@ def _new_ids(count: int) -> list[str]:
     return [uuid.uuid4().hex for _ in range(count)]
 
 
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Call:
+    """How one request's model call went: the request it served, the role it ran as, its latency, its failure."""
+
+    request_id: str
+    role: str
+    latency_ms: float
+    failed: bool = False
+
+
 @dataclass(frozen=True)
 class _Answered:
     """What every row of one request shares."""
@@ -51,13 +67,15 @@ class _Answered:
     role: str
     request_id: str
     created_at: datetime.datetime
+    latency_ms: float | None = None
+    failed: bool = False
 
     def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> dict:
         output = {key: value for key, value in answer.items() if key not in NOT_LOGGED}
         return {"id": prediction_id, "created_at": self.created_at, "family": self.family,
                 "model_name": self.model_name, "model_version": self.model_version, "role": self.role,
                 "request_id": self.request_id, "unit": unit, "time": time, "input_digest": digest,
-                "input_summary": summary, "output": output}
+                "input_summary": summary, "output": output, "latency_ms": self.latency_ms, "failed": self.failed}
 
 
 @dataclass(frozen=True)
@@ -84,7 +102,8 @@ class WindowsRecord:
 
 @dataclass(frozen=True)
 class MoleculesRecord:
-    """Answered molecules: the answers carrying `prediction_id`, `smiles` (as sent) and `canonical_smiles`."""
+    """Answered molecules: the answers carrying `prediction_id`, `smiles` (as sent) and `canonical_smiles` (None
+    when the call failed)."""
 
     answered: _Answered
     answers: Sequence[dict]
@@ -96,7 +115,8 @@ class MoleculesRecord:
         """The rows; the summary holds the canonical SMILES and the applicability domain when answered."""
         return [self.answered.row(answer["prediction_id"], hashlib.sha256(answer["smiles"].encode()).hexdigest(),
                                   {"canonical_smiles": answer["canonical_smiles"],
-                                   **{key: answer[key] for key in DOMAIN_FIELDS if key in answer}}, answer)
+                                   **{key: answer[key] for key in DOMAIN_FIELDS if key in answer}}
+                                  if answer["canonical_smiles"] else {"smiles": answer["smiles"]}, answer)
                 for answer in self.answers]
 
 
@@ -144,22 +164,25 @@ class PredictionLog:
         return self.writer is not None
 
     def record_windows(self, windows: np.ndarray, answers: list[dict], model: LoadedModel,
-                       units: Sequence[str] | None = None, times: Sequence[float] | None = None) -> None:
-        """Give each answer of windows (n, T, C) a `prediction_id` (first key) and queue their rows."""
+                       units: Sequence[str] | None = None, times: Sequence[float] | None = None,
+                       call: Call | None = None) -> None:
+        """Give each answer of windows (n, T, C) a `prediction_id` (first key) and queue their rows (a failed
+        call: one empty answer per window)."""
         if self.writer is None:
             return
         _identify(answers, range(len(answers)))
-        self.writer.submit(WindowsRecord(_answered(model), windows, list(model.card["channels"]), answers,
+        self.writer.submit(WindowsRecord(_answered(model, call), windows, list(model.card["channels"]), answers,
                                          units, times))
 
-    def record_smiles(self, answers: list[dict], model: LoadedModel) -> None:
-        """Give each answered molecule (not those with an `error`) a `prediction_id` and queue their rows."""
+    def record_smiles(self, answers: list[dict], model: LoadedModel, call: Call | None = None) -> None:
+        """Give each answered molecule (not those with an `error`) a `prediction_id` and queue their rows (a
+        failed call: answers of only `smiles` and `canonical_smiles` None)."""
         if self.writer is None:
             return
         answered = [i for i, answer in enumerate(answers) if "error" not in answer]
         if answered:
             _identify(answers, answered)
-            self.writer.submit(MoleculesRecord(_answered(model), [answers[i] for i in answered]))
+            self.writer.submit(MoleculesRecord(_answered(model, call), [answers[i] for i in answered]))
 
     def start(self) -> None:
         if self.writer is not None:
@@ -175,5 +198,8 @@ def _identify(answers: list[dict], positions: Sequence[int]) -> None:
         answers[i] = {"prediction_id": prediction_id, **answers[i]}
 
 
-def _answered(model: LoadedModel) -> _Answered:
-    return _Answered(model.family, model.name, model.version, model.alias[:16], uuid.uuid4().hex, utc_now())
+def _answered(model: LoadedModel, call: Call | None) -> _Answered:
+    if call is None:
+        return _Answered(model.family, model.name, model.version, model.alias[:16], new_request_id(), utc_now())
+    return _Answered(model.family, model.name, model.version, call.role, call.request_id, utc_now(),
+                     call.latency_ms, call.failed)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -110,9 +110,17 @@ class ModelInfo(BaseModel):
     threshold: float | None = Field(None, description="sensor: the alert threshold on failure_probability")
 
 
+class RolloutInfo(BaseModel):
+    mode: Literal["off", "shadow", "canary"] = Field(description="SERVING_ROLLOUT")
+    canary_share: float | None = Field(None, description="canary: the share of requests the challenger answers")
+    challengers: list[ModelInfo] = Field(description="each family's `challenger` being run (none when off)")
+
+
 class ModelsAnswer(BaseModel):
     models: list[ModelInfo]
-    problems: dict[str, str] = Field(description="per family (or `store`), why a version is not being served")
+    problems: dict[str, str] = Field(description="per family (or `store`, or `<family>.challenger`), why a version "
+                                     "is not being served")
+    rollout: RolloutInfo
 
 
 class Readiness(BaseModel):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,6 +28,13 @@ class ServingSettings(BaseSettings):
     cors_origins: list[str] = Field([], description="origins whose pages may call the API from a browser (JSON list, "
                                     'e.g. ["https://ops.example.com"]); none by default')
     alias: str = Field("champion", description="registry alias served for both families")
+    rollout: Literal["off", "shadow", "canary"] = Field("off", description="the `challenger` alias of each family: "
+                                                        "off (not loaded), shadow (runs beside every answer, logged "
+                                                        "only), canary (answers `canary_share` of the requests)")
+    canary_share: float = Field(0.1, ge=0, le=1, description="canary: the share of requests the challenger answers "
+                                "(chosen by a hash of the request id)")
+    shadow_max_pending: int = Field(64, ge=1, description="shadow: challenger calls waiting or running at most; "
+                                    "more are dropped and counted")
     prefer_cuda: bool = True
     max_items: int = Field(256, ge=1, description="windows or SMILES per request")
     max_smiles_length: int = Field(500, ge=1)

@@ -1,11 +1,12 @@
-"""The drift scenario of docs/monitoring.md, shared by bench/monitoring.py and the integration test.
+"""The drift scenario of docs/monitoring.md, shared by bench/monitoring.py and the integration tests.
 
 A plant's reference fleet trains a small logistic ensemble on per-window channel means (written as an ONNX graph
 that takes the WindowFeaturizer's (n, 2C, T) features, like the exported detector); it is registered with its
 training reference. A drifted fleet of the same plant (another operating point, `regime_shift`, and another
 failure prevalence, `failure_fraction`) then streams windows: each prediction of the served model goes into the
 prediction store with its input summary, and each window's outcome (failure within the horizon or not) follows
-`horizon` steps later (one step = one minute)."""
+`horizon` steps later (one step = one minute). A deliberately broken version of the same model (negated weights:
+it ranks failures last, yet has the same layout and is signed like any other) is the rollout test's challenger."""
 
 from __future__ import annotations
 
@@ -133,9 +134,10 @@ class TrainedModel:
     reference: Path
 
 
-def train_reference_model(scenario: Scenario, folder: Path, seed: int = 0) -> TrainedModel:
+def train_reference_model(scenario: Scenario, folder: Path, seed: int = 0, broken: bool = False) -> TrainedModel:
     """Fit the logistic ensemble on the reference fleet's train split (bootstrap members), choose the alert
-    threshold on validation (precision 0.8), evaluate on test, write ONNX, card and reference into `folder`."""
+    threshold on validation (precision 0.8), evaluate on test, write ONNX, card and reference into `folder`.
+    `broken`: the fitted weights and biases negated before export (its metrics are measured like any other's)."""
     frame = simulate_fleet(scenario.simulator(drifted=False), seed)
     prepared = prepare_sensor_frame(frame, scenario.data_config().model_copy(update={"seed": seed}), "simulator")
     train, val, test = (prepared.windows[s] for s in ("train", "val", "test"))
@@ -147,7 +149,8 @@ def train_reference_model(scenario: Scenario, folder: Path, seed: int = 0) -> Tr
         rows = rng.choice(len(pooled), size=len(pooled), replace=True)
         member = LogisticRegression(C=1.0, max_iter=2000).fit(pooled[rows], train.y[rows])
         weights.append(member.coef_[0]), bias.append(member.intercept_[0])
-    onnx_path = logistic_onnx(folder / "model.onnx", np.stack(weights, axis=1), np.array(bias))
+    sign = -1.0 if broken else 1.0
+    onnx_path = logistic_onnx(folder / "model.onnx", sign * np.stack(weights, axis=1), sign * np.array(bias))
     card = {"family": "sensor", "task": "classification", "target": f"failure within {scenario.horizon} steps",
             "channels": prepared.channels, "window": scenario.window, "horizon": scenario.horizon,
             "featurizer": featurizer.to_dict(), "ensemble_size": scenario.members, "threshold": 0.5,
@@ -201,7 +204,9 @@ def write_params(root: Path, monitor: dict | None = None) -> Path:
 
 
 def register_model(params: Params, model: TrainedModel) -> dict:
-    """Register the trained model with its reference through the real gate (the registry's first champion)."""
+    """Register the trained model with its reference through the real gate: the registry's first champion, or a
+    later version compared with the champion's test metrics (the scenario's models share one test split)."""
     with mlflow.start_run(experiment_id=experiment_id(params.tracking, "sensor"), run_name="sensor.register"):
-        return register_and_gate(params.sensor.registry, model.card, model.onnx, None, lambda *_: {},
+        return register_and_gate(params.sensor.registry, model.card, model.onnx, None,
+                                 lambda _, champion_card: champion_card["test_metrics"],
                                  signing_key(params.tracking), extra_files={REFERENCE: model.reference})

@@ -1,5 +1,6 @@
 """The prediction store on both backends: the SQLite default and a real PostgreSQL cluster started here. The
-service writes its predictions there, feedback lands, the contract's readers return both, prune deletes."""
+service writes its predictions there, feedback lands, the contract's readers return both, prune deletes; a store
+made before the rollout columns gets them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from contract.prediction_store import (connect, insert_predictions, prune, read_outcomes, read_predictions,
-                                       record_outcomes, utc_now)
+from sqlalchemy import Column, DateTime, Float, MetaData, String, Table, create_engine, inspect, text
+from sqlalchemy.engine import make_url
+
+from contract.prediction_store import (ADDED_COLUMNS, connect, insert_predictions, predictions, prune, read_outcomes,
+                                       read_predictions, record_outcomes, utc_now)
 from serving.app import create_app
 from serving.settings import ServingSettings
 from tests.integration.postgres import throwaway_cluster
@@ -81,3 +85,34 @@ def test_the_service_logs_feedback_lands_and_the_readers_return_both(store, stor
     assert len(left) == 3 and "old" not in {row["id"] for row in left}
     assert "old" not in {o["prediction_id"] for o in read_outcomes(engine)}
     engine.dispose()
+
+
+def test_a_store_made_before_the_rollout_columns_gets_them_and_keeps_its_rows(store_url, tmp_path):
+    url = make_url(store_url)
+    if url.get_backend_name() == "sqlite":
+        old_url = f"sqlite:///{tmp_path / 'old.db'}"
+    else:
+        with create_engine(url, isolation_level="AUTOCOMMIT").connect() as server:
+            server.execute(text("CREATE DATABASE old_store"))
+        old_url = url.set(database="old_store").render_as_string(hide_password=False)
+    before = MetaData()
+    Table("predictions", before, *[Column(c.name, c.type, primary_key=c.primary_key, nullable=c.nullable)
+                                   for c in predictions.columns if c.name not in ADDED_COLUMNS])
+    Table("outcomes", before, Column("prediction_id", String(32), primary_key=True),
+          Column("family", String(16), nullable=False), Column("observed", Float, nullable=False),
+          Column("received_at", DateTime(timezone=True), nullable=False))
+    engine = create_engine(old_url)
+    before.create_all(engine)
+    row = {"id": "a", "created_at": utc_now(), "family": "sensor", "model_name": "m", "model_version": "1",
+           "role": "champion", "request_id": "r", "input_digest": "d", "input_summary": {}, "output": {}}
+    with engine.begin() as connection:
+        connection.execute(before.tables["predictions"].insert(), [row])
+    engine.dispose()
+
+    migrated = connect(old_url)
+    assert set(ADDED_COLUMNS) <= {c["name"] for c in inspect(migrated).get_columns("predictions")}
+    insert_predictions(migrated, [{**row, "id": "b", "latency_ms": 3.5, "failed": True}])
+    stored = {r["id"]: (r["latency_ms"], r["failed"]) for r in read_predictions(migrated)}
+    assert stored == {"a": (None, None), "b": (3.5, True)}
+    connect(old_url).dispose()  # a second start finds nothing to add
+    migrated.dispose()

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
+from contract.audit import audit_log_path, read_moves
 from contract.registry import CHAMPION, audit_trail
 from serving.app import create_app
 from serving.settings import ServingSettings
@@ -77,6 +78,9 @@ def test_rollback_moves_champion_and_the_service_answers_with_it_after_reload(re
     last = audit_trail(client, SENSOR_NAME)[-1]
     assert (last["alias"], last["from"], last["to"]) == ("champion", "2", "1")
     assert "make rollback" in last["by"] and last["why"] == "rollback from version 2"
+    logged = read_moves(audit_log_path(registry.uri))[-1]  # the alias audit log beside the store, chain intact
+    assert (logged["model"], logged["alias"], logged["from"], logged["to"], logged["by"], logged["why"]) == (
+        SENSOR_NAME, "champion", "2", "1", last["by"], last["why"]) and logged["sha256"] == last["sha256"]
     reloaded = httpx.post(f"{service}/v1/admin/reload", json={},
                           headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
     assert {m["family"]: m["version"] for m in reloaded["models"]}["sensor"] == "1"

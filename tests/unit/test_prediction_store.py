@@ -1,0 +1,52 @@
+"""The prediction store's schema migration (contract/prediction_store.py): a store made before the rollout
+columns gets them, keeps its rows, and takes the new rows; the rollout reader pairs shadow rows with outcomes."""
+
+from __future__ import annotations
+
+import datetime
+import sqlite3
+
+from sqlalchemy import inspect
+
+from contract.prediction_store import ADDED_COLUMNS, connect, insert_predictions, read_predictions, read_rollout, \
+    record_outcomes
+
+OLD_SCHEMA = """CREATE TABLE predictions (id VARCHAR(32) PRIMARY KEY, created_at DATETIME NOT NULL,
+family VARCHAR(16) NOT NULL, model_name VARCHAR(256) NOT NULL, model_version VARCHAR(32) NOT NULL,
+role VARCHAR(16) NOT NULL, request_id VARCHAR(32) NOT NULL, unit VARCHAR(256), time FLOAT,
+input_digest VARCHAR(64) NOT NULL, input_summary JSON NOT NULL, output JSON NOT NULL)"""
+NOW = datetime.datetime(2026, 12, 1, 8, tzinfo=datetime.timezone.utc)
+
+
+def row(key: str, role: str, version: str, request: str, digest: str, **extra) -> dict:
+    return {"id": key, "created_at": NOW, "family": "sensor", "model_name": "m", "model_version": version,
+            "role": role, "request_id": request, "input_digest": digest, "input_summary": {},
+            "output": {"failure_probability": 0.5}, **extra}
+
+
+def test_a_store_made_before_the_rollout_columns_gets_them_and_keeps_its_rows(tmp_path):
+    path = tmp_path / "predictions.db"
+    with sqlite3.connect(path) as old:
+        old.execute(OLD_SCHEMA)
+        old.execute("INSERT INTO predictions VALUES ('a', '2026-11-30 10:00:00', 'sensor', 'm', '1', 'champion', "
+                    "'r', NULL, NULL, 'd', '{}', '{}')")
+    engine = connect(f"sqlite:///{path}")
+    assert set(ADDED_COLUMNS) <= {c["name"] for c in inspect(engine).get_columns("predictions")}
+    assert "predictions_request" in {i["name"] for i in inspect(engine).get_indexes("predictions")}
+    insert_predictions(engine, [row("b", "champion", "1", "s", "e", latency_ms=4.5, failed=False)])
+    stored = {r["id"]: r for r in read_predictions(engine)}
+    assert (stored["a"]["latency_ms"], stored["a"]["failed"]) == (None, None)
+    assert (stored["b"]["latency_ms"], stored["b"]["failed"]) == (4.5, False)
+    connect(f"sqlite:///{path}")  # a second start finds nothing to add
+
+
+def test_a_shadow_row_takes_the_outcome_of_the_answered_row_of_its_request_and_input(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'predictions.db'}")
+    insert_predictions(engine, [
+        row("c1", "champion", "1", "r1", "x"), row("c2", "champion", "1", "r1", "y"),
+        row("s1", "shadow", "2", "r1", "x"), row("s2", "shadow", "2", "r1", "y"),
+        row("s3", "shadow", "2", "r2", "z"), row("k1", "challenger", "2", "r3", "x")])
+    record_outcomes(engine, {"c1": ("sensor", 1.0), "k1": ("sensor", 0.0)})
+    rows = {r["id"]: r for r in read_rollout(engine, "sensor", "m", "2", ["shadow", "challenger"], limit=100)}
+    assert {key: r["observed"] for key, r in rows.items()} == {"s1": 1.0, "s2": None, "s3": None, "k1": 0.0}
+    assert [r["id"] for r in read_rollout(engine, "sensor", "m", "1", ["champion"], limit=1)] in (["c1"], ["c2"])

@@ -1,0 +1,102 @@
+"""serving.rollout on stand-in models: the canary's choice is fixed by the request id and takes its share; a
+failed canary call is logged and counted and the champion answers; shadow calls are bounded (the excess dropped
+and counted) and logged under the answered request's id."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from serving.metrics import ServiceMetrics
+from serving.rollout import Rollout, canary_fraction
+from serving.settings import ServingSettings
+
+
+@dataclass
+class Model:
+    version: str
+    alias: str
+
+
+class Store:
+    def __init__(self):
+        self.challengers = {"sensor": Model("2", "challenger")}
+
+    def challenger(self, family):
+        return self.challengers.get(family)
+
+
+class Models:
+    """Answers as the champion (v1) or challenger (v2); the challenger fails or waits when told to."""
+
+    def __init__(self, challenger_fails: bool = False):
+        self.challenger_fails, self.release = challenger_fails, asyncio.Event()
+
+    def model_of(self, family, role):
+        return Model("1", "champion") if role == "champion" else Model("2", "challenger")
+
+    async def predict(self, role):
+        if role == "challenger":
+            if self.challenger_fails:
+                raise RuntimeError("broken challenger")
+            await self.release.wait()
+        return [{"failure_probability": 0.5}], self.model_of("sensor", role)
+
+
+def rollout(mode: str, models: Models, **settings) -> tuple[Rollout, list, ServiceMetrics]:
+    metrics, recorded = ServiceMetrics(), []
+    serving = Rollout(ServingSettings(rollout=mode, **settings), Store(), models, None, metrics)
+    return serving, recorded, metrics
+
+
+def record_into(recorded: list):
+    return lambda answers, model, call: recorded.append((model.version, call))
+
+
+def count(metrics: ServiceMetrics, name: str, **labels) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_the_canary_choice_is_fixed_by_the_request_id_and_takes_its_share():
+    ids = [uuid.uuid4().hex for _ in range(20_000)]
+    assert [canary_fraction(i) for i in ids[:50]] == [canary_fraction(i) for i in ids[:50]]
+    assert sum(canary_fraction(i) < 0.3 for i in ids) / len(ids) == pytest.approx(0.3, abs=0.015)
+    serving, _, _ = rollout("canary", Models(), canary_share=0.3)
+    assert {serving.role_for("sensor", i) for i in ids if canary_fraction(i) < 0.3} == {"challenger"}
+    assert {serving.role_for("sensor", i) for i in ids if canary_fraction(i) >= 0.3} == {"champion"}
+    assert serving.role_for("molecule", ids[0]) == "champion"  # no molecule challenger: the champion answers
+
+
+def test_a_failed_canary_call_is_logged_and_counted_and_the_champion_answers():
+    models = Models(challenger_fails=True)
+    serving, recorded, metrics = rollout("canary", models, canary_share=1.0)
+    answers, model = asyncio.run(serving._serve("sensor", models.predict, record_into(recorded), lambda: [{}]))
+    assert model.version == "1" and answers == [{"failure_probability": 0.5}]
+    (failed_version, failed), (answered_version, answered) = recorded
+    assert (failed_version, failed.role, failed.failed) == ("2", "challenger", True)
+    assert (answered_version, answered.role, answered.failed) == ("1", "champion", False)
+    assert failed.request_id == answered.request_id
+    assert count(metrics, "serving_model_errors_total", family="sensor", role="challenger") == 1
+    assert count(metrics, "serving_model_requests_total", family="sensor", role="champion") == 1
+
+
+def test_shadow_calls_are_bounded_and_logged_under_the_answered_request():
+    async def scenario():
+        models = Models()
+        serving, recorded, metrics = rollout("shadow", models, shadow_max_pending=2)
+        for _ in range(5):
+            _, model = await serving._serve("sensor", models.predict, record_into(recorded), lambda: [{}])
+            assert model.version == "1"  # answered without waiting for the shadow
+        assert len(recorded) == 5 and count(metrics, "serving_shadow_dropped_total", family="sensor") == 3
+        models.release.set()
+        await asyncio.sleep(0.01)
+        await serving.stop()
+        return recorded
+
+    recorded = asyncio.run(scenario())
+    shadows = [call for version, call in recorded if call.role == "shadow"]
+    answered = [call.request_id for version, call in recorded if call.role == "champion"]
+    assert len(shadows) == 2 and [s.request_id for s in shadows] == answered[:2]
