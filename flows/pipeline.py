@@ -56,11 +56,12 @@ def summary() -> None:
     typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
     typer.echo(
         "\nWhere to look next:\n"
-        "  metrics/*.json, metrics/*_predictions.csv   test metrics and per-item predictions\n"
+        "  metrics/*.json, metrics/*_predictions.csv   promotion decisions and per-item predictions\n"
         "  metrics/plots/                              PR curve, reliability, parity, training curves\n"
         "  make ui                                     Prefect UI (:4200) and MLflow UI (:5000)\n"
         "  make serve                                  the champions over HTTP\n"
-        "  .venv/bin/dvc metrics show / dvc plots show"
+        "  make metrics                                test metrics per family and model (dvc metrics show)\n"
+        "  .venv/bin/dvc plots show"
     )
 
 
