@@ -106,7 +106,7 @@ def molecule_conditions(report: dict) -> dict[str, tuple[str, list[Row]]]:
     for dataset, result in report["datasets"].items():
         task, metrics = result["task"], MOLECULE_METRICS[result["task"]]
         primary = next(iter(metrics))
-        rows = [Row(f"{MOLECULE_METHODS.get(method, method)}", "reference", (), {primary: [value]})
+        rows = [Row(MOLECULE_METHODS.get(method, method), "reference", (), {primary: [value]})
                 for method, value in result.get("anchors_test", {}).items()]
         methods = list(dict.fromkeys(run["method"] for run in result["runs"]))
         order = list(MOLECULE_METHODS)
