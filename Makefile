@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test serve ui rollback sweep install
+.PHONY: run test serve ui rollback sweep install report metrics
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,3 +48,12 @@ ui: install
 sweep: install
 	$(BIN)/dvc repro sensor_prepare
 	$(BIN)/python -m flows.sensor.sweep
+
+# Test metrics of the last run, a table per family: a row per model (ours and each baseline), a column per metric
+metrics: install
+	$(BIN)/dvc metrics show metrics/sensor
+	$(BIN)/dvc metrics show metrics/molecule
+
+# docs/results.md and its plots (docs/results/*.png) from the benchmark JSON in bench/results/
+report: install
+	$(BIN)/python bench/report.py

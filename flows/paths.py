@@ -62,6 +62,12 @@ class StagePaths:
         return self.root / "metrics" / f"{self.family}.json"
 
     @property
+    def test_metrics(self) -> Path:
+        """A folder of one JSON file of test metrics per model (`ours.json`, `<baseline>.json`): the rows of
+        `dvc metrics show`."""
+        return self.root / "metrics" / self.family
+
+    @property
     def predictions(self) -> Path:
         return self.root / "metrics" / f"{self.family}_predictions.csv"
 

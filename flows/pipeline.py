@@ -34,6 +34,13 @@ def _dvc(command: Callable[..., None], *args: str, env: dict[str, str]) -> None:
         raise typer.Exit(1) from None
 
 
+def temporary_server_env(env: dict[str, str], api_url: str) -> dict[str, str]:
+    """The stages' environment against the run's own Prefect server (`api_url`): it has no UI and is gone when the
+    run ends, so PREFECT_UI_URL is emptied and Prefect logs no "View at <url>" links to it. Against a server the
+    user runs (PREFECT_API_URL set, e.g. `make ui`) the stages keep their links."""
+    return {**env, "PREFECT_API_URL": api_url, "PREFECT_UI_URL": ""}
+
+
 def summary_rows() -> list[list[str]]:
     rows = []
     for paths in (SENSOR, MOLECULE):
@@ -56,11 +63,12 @@ def summary() -> None:
     typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
     typer.echo(
         "\nWhere to look next:\n"
-        "  metrics/*.json, metrics/*_predictions.csv   test metrics and per-item predictions\n"
+        "  metrics/*.json, metrics/*_predictions.csv   promotion decisions and per-item predictions\n"
         "  metrics/plots/                              PR curve, reliability, parity, training curves\n"
         "  make ui                                     Prefect UI (:4200) and MLflow UI (:5000)\n"
         "  make serve                                  the champions over HTTP\n"
-        "  .venv/bin/dvc metrics show / dvc plots show"
+        "  make metrics                                test metrics per family and model (dvc metrics show)\n"
+        "  .venv/bin/dvc plots show"
     )
 
 
@@ -77,7 +85,7 @@ def run() -> None:
                 _dvc(repro, env=env)
             else:
                 with prefect_server() as url:
-                    _dvc(repro, env={**env, "PREFECT_API_URL": url})
+                    _dvc(repro, env=temporary_server_env(env, url))
             _dvc(run_dvc, "push", "--quiet", env=env)
     except PipelineBusyError as error:
         typer.secho(f"error: {error}", fg="red", err=True)

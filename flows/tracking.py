@@ -60,13 +60,23 @@ def use_tracking(cfg: TrackingConfig) -> None:
         os.environ[TRACKING_URI_VARIABLE] = users_uri
 
 
+# MLflow 3's UI shows an experiment as model training or as GenAI (traces, prompts) by this tag
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+TRAINING_KIND = "custom_model_development"
+
+
 def experiment_id(cfg: TrackingConfig, family: str) -> str:
-    """The family's experiment, created on first use with its artifact location."""
+    """The family's experiment, created on first use with its artifact location, as a model-training experiment
+    (`mlflow.experimentKind`; an existing experiment without the tag gets it, a kind chosen in the UI stays)."""
     use_tracking(cfg)
-    experiment = mlflow.get_experiment_by_name(family)
-    if experiment is not None:
-        return experiment.experiment_id
-    return mlflow.create_experiment(family, artifact_location=artifact_location(cfg, family))
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(family)
+    if experiment is None:
+        return client.create_experiment(family, artifact_location=artifact_location(cfg, family),
+                                        tags={EXPERIMENT_KIND_TAG: TRAINING_KIND})
+    if EXPERIMENT_KIND_TAG not in experiment.tags:
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, TRAINING_KIND)
+    return experiment.experiment_id
 
 
 def flatten(prefix: str, value: Any) -> dict[str, Any]:

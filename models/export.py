@@ -6,7 +6,9 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import onnx_ir as ir
 import torch
+from onnx_ir.traversal import RecursiveGraphIterator
 from torch import nn
 from torch.export import Dim
 
@@ -86,5 +88,18 @@ def export_onnx(
             dynamic_shapes=(tuple(dynamic_shapes.get(name, {}) for name in example_inputs),),
             verbose=False,
         )
+    drop_source_locations(program.model)
     program.save(str(path))
     return path
+
+
+SOURCE_LOCATION = "pkg.torch.onnx.stack_trace"
+
+
+def drop_source_locations(model: ir.Model) -> None:
+    """Remove the exporter's per-node Python stack traces: they name this checkout's files and line numbers, so the
+    same weights would give other ONNX bytes (and another DVC hash) in another folder. The other node metadata (module
+    names and scopes) stays."""
+    for graph in (model.graph, *model.functions.values()):
+        for node in RecursiveGraphIterator(graph):
+            node.metadata_props.pop(SOURCE_LOCATION, None)

@@ -22,8 +22,12 @@ N_TREES = 500
 
 @compute_task(name="fit-random-forest")
 def fit_baseline(smiles: list[str], y: np.ndarray, task: str, seed: int, max_heavy_atoms: int):
+    """The forest, fitted by parallel jobs; it predicts with one job, which sums the trees in their order (parallel
+    jobs add them as they finish, and the last bits of the sum then vary from run to run)."""
     forest = RandomForestRegressor if task == "regression" else RandomForestClassifier
-    return forest(n_estimators=N_TREES, n_jobs=-1, random_state=seed).fit(morgan_counts(smiles, max_heavy_atoms=max_heavy_atoms), y)
+    fitted = forest(n_estimators=N_TREES, n_jobs=-1, random_state=seed).fit(
+        morgan_counts(smiles, max_heavy_atoms=max_heavy_atoms), y)
+    return fitted.set_params(n_jobs=1)
 
 
 @flow(name="molecule-baseline")

@@ -1,4 +1,5 @@
-"""Stage `molecule_register`: a new registry version, the promotion gate, and metrics/molecule.json."""
+"""Stage `molecule_register`: a new registry version, the promotion gate, metrics/molecule.json (the decision)
+and metrics/molecule/ (test metrics per model)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from prefect import flow
 from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES
 from flows import plots
-from flows.json_io import read_json, write_json
+from flows.json_io import read_json, write_json, write_metrics_by_model
 from flows.molecule.artifacts import load_molecules
 from flows.molecule.export import outputs, test_metrics
 from flows.molecule.plots import roc_curves
@@ -77,6 +78,7 @@ def molecule_register(params_file: str = "params.yaml", new_task: bool = False) 
             mlflow.log_artifact(str(roc_curves(y, predictions, MOLECULE.plots / "roc_test.png")))
     summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
     write_json(MOLECULE.metrics, summary)
+    write_metrics_by_model(MOLECULE.test_metrics, {"ours": card["test_metrics"], baseline["name"]: baseline["test"]})
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"
     print(f"molecule model version {outcome['registered_version']} {verdict}: {'; '.join(outcome['reasons'])}")
     return summary

@@ -1,4 +1,5 @@
-"""Stage `sensor_register`: a new registry version, the promotion gate, and metrics/sensor.json."""
+"""Stage `sensor_register`: a new registry version, the promotion gate, metrics/sensor.json (the decision) and
+metrics/sensor/ (test metrics per model)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import typer
 from prefect import flow
 
 from flows import plots
-from flows.json_io import read_json, write_json
+from flows.json_io import read_json, write_json, write_metrics_by_model
 from flows.params import load_params
 from flows.paths import SENSOR
 from contract.reference import REFERENCE
@@ -69,6 +70,7 @@ def sensor_register(params_file: str = "params.yaml", new_task: bool = False) ->
     summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]},
                "baselines": {o["name"]: o["test"] for o in others}, **outcome}
     write_json(SENSOR.metrics, summary)
+    write_metrics_by_model(SENSOR.test_metrics, {"ours": card["test_metrics"], **summary["baselines"]})
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"
     print(f"sensor model version {outcome['registered_version']} {verdict}: {'; '.join(outcome['reasons'])}")
     return summary

@@ -53,6 +53,11 @@ def test_pipeline_registers_both_families_as_champion(pipeline):
             (root / "artifacts" / family / "export" / "model_card.json").read_text())["onnx_sha256"]
         assert metrics["baseline"]["name"] and set(metrics["model"]) >= ({"pr_auc", "ece"} if family == "sensor"
                                                                          else {"rmse", "coverage"})
+        # the DVC metrics: a file per model, ours and each baseline
+        per_model = {path.stem: json.loads(path.read_text()) for path in (root / "metrics" / family).glob("*.json")}
+        assert per_model["ours"] == pytest.approx(metrics["model"])
+        assert per_model[metrics["baseline"]["name"]] == pytest.approx(
+            {k: v for k, v in metrics["baseline"].items() if k != "name"})
         # the version carries its signed training reference and the run's lineage tags
         verified = download_verified(client, name, champion.version, root / "downloads" / family,
                                      load_verify_key(root / ".keys" / "model-signing.pub"))

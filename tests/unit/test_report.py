@@ -1,0 +1,55 @@
+"""docs/results.md and its plots are what bench/report.py makes of the committed bench/results/*.json."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from bench.report import write_report
+
+PROJECT = Path(__file__).resolve().parents[2]
+RESULTS = PROJECT / "bench" / "results"
+DOCS = PROJECT / "docs"
+
+
+def test_committed_report_is_regenerated_byte_for_byte(tmp_path: Path) -> None:
+    out = write_report(RESULTS, tmp_path)
+    assert out.read_text() == (DOCS / "results.md").read_text(), "docs/results.md is stale: run `make report`"
+    made = {path.name: path.read_bytes() for path in (tmp_path / "results").glob("*.png")}
+    committed = {path.name: path.read_bytes() for path in (DOCS / "results").glob("*.png")}
+    assert made.keys() == committed.keys()
+    assert [name for name in made if made[name] != committed[name]] == []
+    for name in made:
+        assert f"](results/{name})" in out.read_text()
+
+
+def test_mean_and_sd_over_seeds_and_the_reference_rows(tmp_path: Path) -> None:
+    """Two seeds of one condition: mean ± population sd and the per-seed values; FD001 gets ANCHORS.md's rows."""
+    results = tmp_path / "bench"
+    results.mkdir()
+    method = {"pr_auc": 0.9, "ece": 0.05, "roc_auc": 0.95, "recall_at_p90": 0.5, "brier": 0.1}
+    runs = {f"fd001/flip0.0/seed{seed}": {"dataset": "fd001", "flip": 0.0, "seed": seed,
+                                           "hist_gradient_boosting": {**method, "pr_auc": pr},
+                                           "ours_full": {**method, "pr_auc": pr + 0.05}}
+            for seed, pr in [(0, 0.90), (1, 0.94)]}
+    (results / "sensor.json").write_text(json.dumps(runs))
+    text = write_report(results, tmp_path / "docs").read_text()
+    hgb = next(line for line in text.splitlines() if line.startswith("| HGB ") and "baseline" in line)
+    assert "0.920 ± 0.020" in hgb and "0: 0.900, 1: 0.940" in hgb
+    ours = next(line for line in text.splitlines() if line.startswith("| **ours**"))
+    assert "0.970 ± 0.020" in ours
+    reference = next(line for line in text.splitlines() if line.startswith("| HGB ") and "reference" in line)
+    assert "0.975 ± 0.003" in reference
+    assert (tmp_path / "docs" / "results" / "sensor_fd001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_stale_plots_are_removed(tmp_path: Path) -> None:
+    results = tmp_path / "bench"
+    shutil.copytree(RESULTS, results)
+    (results / "molecule_esol_hidden128.json").unlink()
+    write_report(results, tmp_path / "docs")
+    (results / "molecule.json").unlink()
+    write_report(results, tmp_path / "docs")
+    assert sorted(path.name for path in (tmp_path / "docs" / "results").glob("*.png")) == \
+        ["sensor_fd001.png", "sensor_skab.png"]
