@@ -1,6 +1,7 @@
 """The prediction store on both backends: the SQLite default and a real PostgreSQL cluster started here. The
 service writes its predictions there, feedback lands, the contract's readers return both, prune deletes; a store
-made before the rollout columns gets them."""
+made before the rollout columns gets them. On the same PostgreSQL server, MLflow's tracking store and registry:
+versions registered through the gate and served from there."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from tests.integration.postgres import throwaway_cluster
 from tests.integration.test_serving import LIMITS, models, registry, store, wait_ready, window_json  # noqa: F401
-from tests.integration.test_serving_registry import CHANNELS
+from serving.store import ModelStore
+from tests.integration.test_serving_registry import CHANNELS, MOLECULE_NAME, SENSOR_NAME, build_registry
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +118,19 @@ def test_a_store_made_before_the_rollout_columns_gets_them_and_keeps_its_rows(st
     assert stored == {"a": (None, None), "b": (3.5, True)}
     connect(old_url).dispose()  # a second start finds nothing to add
     migrated.dispose()
+
+
+def test_mlflow_registers_and_the_service_serves_from_postgresql_too(store_url, models, tmp_path):
+    if not store_url.startswith("postgresql"):
+        pytest.skip("every other test's registry is SQLite")
+    server = make_url(store_url)
+    with create_engine(server, isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.execute(text("CREATE DATABASE mlflow_registry"))
+    registry_url = server.set(database="mlflow_registry").render_as_string(hide_password=False)
+    registry = build_registry(tmp_path / "registry", models, uri=registry_url)
+    assert [o["promoted"] for o in registry.sensor_outcomes] == [True, True, False]  # the gate, on PostgreSQL
+    served = ModelStore(registry_url, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+                        registry.verify_key, prefer_cuda=False)
+    served.refresh()
+    assert served.ready and served.get("sensor").version == "2" and served.get("molecule").version == "1"
+    assert inspect(create_engine(registry_url)).has_table("model_versions")  # MLflow's own schema, in PostgreSQL

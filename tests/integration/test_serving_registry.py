@@ -187,12 +187,12 @@ def _sensor_card(models: TinyModels, onnx_path: Path) -> dict:
             "onnx_sha256": sha256_file(onnx_path)}
 
 
-def build_registry(root: Path, models: TinyModels, references: bool = True) -> Registry:
+def build_registry(root: Path, models: TinyModels, references: bool = True, uri: str | None = None) -> Registry:
     """Register, through the real gate: the bad sensor model (first champion), the good one (promoted over
     it), the bad one again (refused); and the molecule model (first champion). Each with its training reference
-    unless not `references`."""
+    unless not `references`. The store is `uri` (default: SQLite in `root`); artifacts and keys are in `root`."""
     root.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = uri or f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.create_experiment("serving-tests", artifact_location=(root / "artifacts").as_uri())
     key = root / "keys" / "signing.key"
