@@ -72,7 +72,8 @@ def test_the_service_logs_feedback_lands_and_the_readers_return_both(store, stor
     assert rows[first["prediction_id"]]["unit"] == "pump-1" and rows[first["prediction_id"]]["observed"] is None
     assert rows[second["prediction_id"]]["observed"] == 1.0
     assert rows[ethanol["prediction_id"]]["observed"] == -1.25
-    assert rows[phenol["prediction_id"]]["input_summary"] == {"canonical_smiles": "Oc1ccccc1"}
+    assert rows[phenol["prediction_id"]]["input_summary"] == {  # phenol is one of the tiny model's training molecules
+        "canonical_smiles": "Oc1ccccc1", "nearest_similarity": 1.0, "in_domain": True, "descriptors_out_of_range": 0.0}
     assert {row["model_version"] for row in rows.values() if row["family"] == "sensor"} == {"2"}
     assert all(row["created_at"].tzinfo is not None for row in rows.values())
     assert {o["prediction_id"]: o["observed"] for o in read_outcomes(engine, family="molecule")} == {
