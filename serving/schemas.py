@@ -141,9 +141,10 @@ class ReloadAnswer(ModelsAnswer):
 
 class ChannelDrift(BaseModel):
     channel: str
-    psi: float | None = Field(description="population stability index of the recent windows' channel means against "
-                              "the training bins (null: no reading on this channel)")
-    ks: float | None = Field(description="two-sample Kolmogorov-Smirnov statistic against the training sample")
+    psi: float | None = Field(None, description="population stability index of the recent windows' channel means "
+                              "against the training bins (absent: no reading on this channel)")
+    ks: float | None = Field(None, description="two-sample Kolmogorov-Smirnov statistic against the training sample "
+                             "(absent: no reading on this channel)")
     n: int = Field(description="recent windows with a reading on this channel")
     alarm: bool = Field(description="psi > max_psi, with at least min_items windows")
 
