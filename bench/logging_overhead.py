@@ -62,10 +62,13 @@ def logged(mode: str, store: str) -> Iterator[tuple[str, psutil.Process]]:
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
+        while True:
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{url}/ready").status_code == 200:
                     break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the {mode} service did not become ready (exit status {process.poll()}): is there "
+                                   f"a registry? (MLFLOW_TRACKING_URI, SERVING_VERIFY_KEY)")
             time.sleep(0.2)
         yield url, psutil.Process(process.pid)
     finally:
