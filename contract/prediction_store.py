@@ -39,6 +39,7 @@ from sqlalchemy.engine import Engine
 DEFAULT_URL = "sqlite:///mlflow/predictions.db"
 SUMMARY_DIGITS = 6
 SUMMARY_STATS = ("mean", "std", "min", "max", "missing")
+DOMAIN_FIELDS = ("nearest_similarity", "in_domain", "descriptors_out_of_range")  # a molecule summary's domain
 URL_VARIABLE = "SERVING_PREDICTION_STORE"
 SQLITE = "sqlite:///"
 SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for another connection's lock before failing

@@ -12,7 +12,6 @@ import numpy as np
 from data.molecules.descriptors import DESCRIPTORS
 from models.drift import FINGERPRINT_BITS, FINGERPRINT_RADIUS, nearest_similarity, outside_range
 
-DOMAIN_FIELDS = ("nearest_similarity", "in_domain", "descriptors_out_of_range")
 
 
 def unusable(reference: dict | None) -> str | None:

@@ -1,62 +1,86 @@
-"""The prediction store's writer: a bounded queue that never blocks the caller, and one background thread that
-builds the rows, inserts them in batches and prunes the store now and then. A batch is written when it holds
-BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes), so one transaction carries
-many predictions.
+"""The prediction store's writer, service side: a bounded queue that never blocks the caller, a sender thread that
+pickles batches of records into a socket, and a writer process (serving.log_process) that builds the rows,
+inserts them and prunes the store now and then.
 
-A full queue drops the new rows; a store that cannot be written drops the batch; both are counted by reason
-(`serving_prediction_log_dropped_rows_total`) and each kind of store failure is logged once until the store is
-written again. Callers only ever take a lock held for a few list operations.
+The rows are built and written in their own process, not in a thread of the service: Python runs one thread at a
+time, and a writer thread turning rows into SQL held the event loop back far beyond its share of the CPU (at 32
+clients it multiplied the service's p99 latency by 13, docs/serving.md). A record pickles as a few bytes per
+window (serving.log_rows); a receiver thread turns the writer's acknowledgements into metrics and log lines.
+
+A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes),
+so one transaction carries many predictions. A full queue drops the new rows; a store that cannot be written
+drops the batch; a writer process that ends drops the batches it held and is started again (at most once per
+RESTART_PAUSE_S); all are counted by reason (`serving_prediction_log_dropped_rows_total`), and each kind of store
+failure is logged once until the store is written again. Callers only ever take a lock held for a few list
+operations.
 """
 
 from __future__ import annotations
 
-import datetime
 import logging
+import os
+import pickle
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.engine import Engine
 
-from contract.prediction_store import create_tables, insert_predictions, prune, utc_now
-from serving.metrics import ServiceMetrics
+from contract.prediction_store import create_tables
+from serving.log_process import Ack, Config
+
+if TYPE_CHECKING:
+    from serving.metrics import ServiceMetrics
 
 log = logging.getLogger("serving")
 BATCH_ROWS = 500  # rows per INSERT transaction at most
 LINGER_S = 0.5  # how long the first queued row waits for others to share its transaction
+RESTART_PAUSE_S = 1.0  # a writer process that ended is started again after this pause at the earliest
+WRITER_COMMAND = "from serving.log_process import main; main()"
 
 
 class Record(Protocol):
-    """One answered request, whose rows are built in the writer thread; its length is its number of rows."""
+    """One answered request, whose rows are built in the writer process; its length is its number of rows."""
 
     def __len__(self) -> int: ...
 
 
-RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> their rows
+RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> their rows (a module-level function)
 
 
 class StoreWriter:
-    """Hold records of at most `capacity_rows` rows in all (queued or being written); write their rows (made by
-    `build_rows`) to `engine` from a thread; every `prune_every_s` (first right after the first write) delete predictions older than `retention_days` and the
-    oldest beyond `max_rows`. The store's tables are created by the first write, not before."""
+    """Hold records of at most `capacity_rows` rows in all (queued, in the socket or being written); write their
+    rows (made by `build_rows`, a module-level function) to `engine`'s store from a writer process; every
+    `prune_every_s` (first right after the first write) delete predictions older than `retention_days` and the
+    oldest beyond `max_rows`. The store's tables are created by the first write, not before. `engine` stays for
+    the service's own reads."""
 
-    def __init__(self, engine: Engine, build_rows: RowBuilder, *, capacity_rows: int, retention_days: float, max_rows: int,
-                 prune_every_s: float, metrics: ServiceMetrics):
-        self.engine, self.build_rows, self.capacity_rows = engine, build_rows, capacity_rows
-        self.retention = datetime.timedelta(days=retention_days)
-        self.max_rows, self.prune_every_s, self.metrics = max_rows, prune_every_s, metrics
+    def __init__(self, engine: Engine, build_rows: RowBuilder, *, capacity_rows: int, retention_days: float,
+                 max_rows: int, prune_every_s: float, metrics: ServiceMetrics):
+        self.engine, self.capacity_rows, self.metrics = engine, capacity_rows, metrics
+        self._config = Config(engine.url.render_as_string(hide_password=False),
+                              f"{build_rows.__module__}:{build_rows.__qualname__}", retention_days, max_rows,
+                              prune_every_s)
         self._queue: deque[Record] = deque()
-        self._queued_rows = 0
+        self._queued_rows = 0  # in the queue and in the writer process
         self._first_queued_at = 0.0  # when the oldest record in the queue came
-        self._hurry = False  # a flush is waiting: write without lingering
-        self._accepted = self._finished = 0  # records taken by submit / written or dropped by the thread
+        self._hurry = False  # a flush is waiting: send without lingering
+        self._accepted = self._finished = 0  # records taken by submit / written or dropped
         self._condition = threading.Condition()
         self._closing = False
         self._tables_ready = False
-        self._failures: set[str] = set()  # kinds of store failure logged since the last good write
-        self._thread = threading.Thread(target=self._run, name="prediction-log-writer", daemon=True)
+        # per writer process (numbered): the (records, rows) of each batch it holds, until it acknowledges them
+        self._generation = 0
+        self._in_flight: dict[int, deque[tuple[int, int]]] = {}
+        self._process: subprocess.Popen | None = None
+        self._connection: Connection | None = None
+        self._sender = threading.Thread(target=self._send, name="prediction-log-sender", daemon=True)
         metrics.log_queue_rows.set_function(lambda: self._queued_rows)
 
     def submit(self, record: Record) -> bool:
@@ -67,12 +91,12 @@ class StoreWriter:
             if refused is None:
                 if not self._queue:
                     self._first_queued_at = time.monotonic()
-                    self._condition.notify()
+                    self._condition.notify_all()
                 self._queue.append(record)
                 self._queued_rows += len(record)
                 self._accepted += 1
                 if self._queued_rows >= BATCH_ROWS:
-                    self._condition.notify()
+                    self._condition.notify_all()
         if refused is not None:
             self.metrics.log_dropped_rows.labels(refused).inc(len(record))
         return refused is None
@@ -82,7 +106,7 @@ class StoreWriter:
         with self._condition:
             target = self._accepted
             self._hurry = True
-            self._condition.notify()
+            self._condition.notify_all()
             return self._condition.wait_for(lambda: self._finished >= target, timeout=timeout_s)
 
     def ensure_tables(self) -> None:
@@ -92,27 +116,55 @@ class StoreWriter:
             self._tables_ready = True
 
     def start(self) -> None:
-        self._thread.start()
+        """Start the writer process and the sender thread (records queue meanwhile)."""
+        self._start_writer()
+        self._sender.start()
 
     def stop(self, timeout_s: float) -> None:
         """Refuse new records, write what is queued within `timeout_s`; what is left then is dropped and counted."""
+        deadline = time.monotonic() + timeout_s
         with self._condition:
             self._closing = True
-            self._condition.notify()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
-        if self._thread.is_alive():
-            left = self._queued_rows
+            self._condition.notify_all()
+        if self._sender.is_alive():
+            self._sender.join(max(0.0, deadline - time.monotonic()))
+        if self._process is not None:
+            try:
+                self._process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        with self._condition:
+            left, self._queued_rows = self._queued_rows, 0
+            self._in_flight.clear()
+            self._finished = self._accepted
+            self._condition.notify_all()
+        if left:
             log.warning("prediction log: %d rows not written at shutdown", left)
             self.metrics.log_dropped_rows.labels("shutdown").inc(left)
-        else:
-            self.engine.dispose()
+        self.engine.dispose()
 
-    def _run(self) -> None:
-        next_prune = time.monotonic()  # due at once, but only once the store exists: the first write creates it
+    def _start_writer(self) -> None:
+        """A writer process on a new socket, told its configuration, and the thread that reads its answers."""
+        ours, theirs = socket.socketpair()
+        self._process = subprocess.Popen([sys.executable, "-c", WRITER_COMMAND, str(theirs.fileno())],
+                                         pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                         env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))})
+        theirs.close()
+        connection = Connection(ours.detach())
+        with self._condition:
+            self._generation += 1
+            self._in_flight[self._generation] = deque()
+            self._connection = connection
+        connection.send(self._config)
+        threading.Thread(target=self._receive, args=(self._generation, connection), name="prediction-log-receiver",
+                         daemon=True).start()
+
+    def _send(self) -> None:
+        restart_at = 0.0
         while True:
             with self._condition:
-                while (wait_s := self._wait_s(next_prune)) is None or wait_s > 0:
+                while (wait_s := self._wait_s()) is None or wait_s > 0:
                     self._condition.wait(timeout=wait_s)
                 batch, rows = [], 0
                 while self._queue and (not batch or rows + len(self._queue[0]) <= BATCH_ROWS):
@@ -122,55 +174,73 @@ class StoreWriter:
                 self._hurry = self._hurry and bool(self._queue)
                 done = self._closing and not self._queue
             if batch:
-                self._write(batch)
-                with self._condition:
-                    self._queued_rows -= rows
-                    self._finished += len(batch)
-                    self._condition.notify_all()
+                if self._process.poll() is not None and time.monotonic() >= restart_at:
+                    log.warning("prediction log: the writer process ended (exit code %s); starting another",
+                                self._process.returncode)
+                    self._start_writer()
+                    restart_at = time.monotonic() + RESTART_PAUSE_S
+                self._send_batch(batch, rows)
             if done:
+                self._connection_send(b"")  # the writer finishes what it holds and ends
                 return
-            if self._tables_ready and time.monotonic() >= next_prune:
-                self._prune()
-                next_prune = time.monotonic() + self.prune_every_s
 
-    def _wait_s(self, next_prune: float) -> float | None:
-        """How long the thread may still sleep (None: until woken; <= 0: work now). Called under the lock."""
-        now = time.monotonic()
+    def _send_batch(self, batch: list[Record], rows: int) -> None:
+        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        with self._condition:
+            held = self._in_flight.get(self._generation)
+            if held is not None:
+                held.append((len(batch), rows))
+            if held is None:  # the writer process has ended and is not started again yet
+                self._settle(len(batch), rows)
+        if held is None:
+            self.metrics.log_dropped_rows.labels("writer_exited").inc(rows)
+        else:
+            self._connection_send(payload)
+
+    def _connection_send(self, payload: bytes) -> None:
+        try:
+            self._connection.send_bytes(payload)
+        except OSError:  # the writer process ended: its receiver counts what it held
+            pass
+
+    def _wait_s(self) -> float | None:
+        """How long the sender may still sleep (None: until woken; <= 0: send now). Called under the lock."""
         if self._closing or (self._queue and (self._hurry or self._queued_rows >= BATCH_ROWS)):
             return 0.0
-        prune_in = next_prune - now if self._tables_ready else None
         if not self._queue:
-            return prune_in
-        write_in = self._first_queued_at + LINGER_S - now
-        return write_in if prune_in is None else min(write_in, prune_in)
+            return None
+        return self._first_queued_at + LINGER_S - time.monotonic()
 
-    def _write(self, batch: list[Record]) -> None:
-        count = sum(len(record) for record in batch)
-        try:
-            self.ensure_tables()
-            insert_predictions(self.engine, self.build_rows(batch))
-        except Exception as error:  # any store or driver error: the rows are lost, the service goes on
-            self.metrics.log_dropped_rows.labels("store_error").inc(count)
-            self._failed("cannot write to the prediction store, dropping rows", error)
-            return
-        self.metrics.log_written_rows.inc(count)
-        if self._failures:
-            log.info("prediction log: the store is written again")
-            self._failures.clear()
+    def _receive(self, generation: int, connection: Connection) -> None:
+        while True:
+            try:
+                ack: Ack = connection.recv()
+            except (EOFError, OSError):  # the writer process ended: what it held is lost
+                with self._condition:
+                    held = self._in_flight.pop(generation, deque())
+                    rows = sum(count for _, count in held)
+                    self._settle(sum(count for count, _ in held), rows)
+                if rows:
+                    self.metrics.log_dropped_rows.labels("writer_exited").inc(rows)
+                connection.close()
+                return
+            for level, message in ack.logs:
+                log.log(level, "prediction log: %s", message)
+            self.metrics.log_written_rows.inc(ack.written)
+            self.metrics.log_pruned_rows.inc(ack.pruned)
+            if ack.written:
+                self._tables_ready = True
+            self.metrics.log_dropped_rows.labels("store_error").inc(ack.dropped)
+            if ack.records:
+                with self._condition:
+                    held = self._in_flight.get(generation)
+                    if held:
+                        held.popleft()
+                        self._settle(ack.records, ack.rows)
 
-    def _prune(self) -> None:
-        try:
-            deleted = prune(self.engine, utc_now() - self.retention, self.max_rows)
-        except Exception as error:
-            self._failed("cannot prune the prediction store", error)
-            return
-        self.metrics.log_pruned_rows.inc(deleted)
-
-    def _failed(self, what: str, error: Exception) -> None:
-        """Log `error` once per kind (its first line) until the next good write."""
-        first_line = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
-        kind = f"{what}: {first_line}"
-        if kind not in self._failures:
-            self._failures.add(kind)
-            log.warning("prediction log: %s (%s); further failures of this kind are only counted in "
-                        "serving_prediction_log_dropped_rows_total", kind, type(error).__name__)
+    def _settle(self, records: int, rows: int) -> None:
+        """Records of `rows` rows left the writer's hands (written or dropped). Called under the lock."""
+        if records:
+            self._queued_rows -= rows
+            self._finished += records
+            self._condition.notify_all()

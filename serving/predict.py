@@ -90,7 +90,7 @@ class Predictions:
         return rows, model
 
     async def _run_sensor(self, role: str, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
-        if role == CHAMPION and sum(len(part) for part in parts) <= self.inline_items:  # cheaper than a thread hop
+        if sum(len(part) for part in parts) <= self.inline_items:  # cheaper than a thread hop, for either role
             return self._sensor_call(role, parts)
         return await asyncio.get_running_loop().run_in_executor(self._threads["sensor", role], self._sensor_call,
                                                                 role, parts)

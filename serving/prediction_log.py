@@ -2,8 +2,8 @@
 the prediction store (contract.prediction_store) through the background writer (serving.log_writer).
 
 On the request path only the ids are made and the request's record queued; digests and summaries are computed
-in the writer thread. A row holds the model (name, version, role: `champion`, `challenger` for a canary answer,
-`shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
+in the writer process (serving.log_rows, serving.log_writer). A row holds the model (name, version, role:
+`champion`, `challenger` for a canary answer, `shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
 summary (sensor: the channel names and, per channel, mean, std, min, max and missing share over the window's
 steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, serving.domain, or
 the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
@@ -12,8 +12,6 @@ whether it failed.
 
 from __future__ import annotations
 
-import datetime
-import hashlib
 import logging
 import uuid
 from collections.abc import Sequence
@@ -23,16 +21,15 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from contract.prediction_store import engine_for, resolve_url, utc_now, window_summaries
-from serving.domain import DOMAIN_FIELDS
+from contract.prediction_store import engine_for, resolve_url, utc_now
 from serving.loading import LoadedModel
+from serving.log_rows import Answered, MoleculesRecord, WindowsRecord, rows_of
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
 
 log = logging.getLogger("serving")
 PRUNE_EVERY_S = 600.0
-NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS)  # answer fields not the model's output
 
 
 class PredictionStoreError(RuntimeError):
@@ -55,86 +52,6 @@ class Call:
     role: str
     latency_ms: float
     failed: bool = False
-
-
-@dataclass(frozen=True)
-class _Answered:
-    """What every row of one request shares."""
-
-    family: str
-    model_name: str
-    model_version: str
-    role: str
-    request_id: str
-    created_at: datetime.datetime
-    latency_ms: float | None = None
-    failed: bool = False
-
-    def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> dict:
-        output = {key: value for key, value in answer.items() if key not in NOT_LOGGED}
-        return {"id": prediction_id, "created_at": self.created_at, "family": self.family,
-                "model_name": self.model_name, "model_version": self.model_version, "role": self.role,
-                "request_id": self.request_id, "unit": unit, "time": time, "input_digest": digest,
-                "input_summary": summary, "output": output, "latency_ms": self.latency_ms, "failed": self.failed}
-
-
-@dataclass(frozen=True)
-class WindowsRecord:
-    """Answered windows (n, T, C) float32 with their answers (carrying `prediction_id`), units and times."""
-
-    answered: _Answered
-    windows: np.ndarray
-    channels: Sequence[str]
-    answers: Sequence[dict]
-    units: Sequence[str] | None
-    times: Sequence[float] | None
-
-    def __len__(self) -> int:
-        return len(self.answers)
-
-    def rows(self, summaries: Sequence[dict]) -> list[dict]:
-        """The rows, given each window's summary."""
-        return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.astype("<f4").tobytes()).hexdigest(),
-                                  summary, answer, None if self.units is None else self.units[i],
-                                  None if self.times is None else self.times[i])
-                for i, (window, summary, answer) in enumerate(zip(self.windows, summaries, self.answers))]
-
-
-@dataclass(frozen=True)
-class MoleculesRecord:
-    """Answered molecules: the answers carrying `prediction_id`, `smiles` (as sent) and `canonical_smiles` (None
-    when the call failed)."""
-
-    answered: _Answered
-    answers: Sequence[dict]
-
-    def __len__(self) -> int:
-        return len(self.answers)
-
-    def rows(self) -> list[dict]:
-        """The rows; the summary holds the canonical SMILES and the applicability domain when answered."""
-        return [self.answered.row(answer["prediction_id"], hashlib.sha256(answer["smiles"].encode()).hexdigest(),
-                                  {"canonical_smiles": answer["canonical_smiles"],
-                                   **{key: answer[key] for key in DOMAIN_FIELDS if key in answer}}
-                                  if answer["canonical_smiles"] else {"smiles": answer["smiles"]}, answer)
-                for answer in self.answers]
-
-
-def rows_of(records: Sequence[WindowsRecord | MoleculesRecord]) -> list[dict]:
-    """The rows of a batch of records, in order. The windows of all records with one layout (channels, steps) are
-    summarised together: numpy's cost per call would otherwise dominate one-window requests."""
-    layouts: dict[tuple, list[WindowsRecord]] = {}
-    for record in records:
-        if isinstance(record, WindowsRecord):
-            layouts.setdefault((tuple(record.channels), record.windows.shape[1:]), []).append(record)
-    summaries: dict[int, list[dict]] = {}
-    for (channels, _), group in layouts.items():
-        together = window_summaries(np.concatenate([record.windows for record in group]), channels)
-        start = 0
-        for record in group:
-            summaries[id(record)], start = together[start:start + len(record)], start + len(record)
-    return [row for record in records
-            for row in (record.rows(summaries[id(record)]) if isinstance(record, WindowsRecord) else record.rows())]
 
 
 class PredictionLog:
@@ -198,8 +115,8 @@ def _identify(answers: list[dict], positions: Sequence[int]) -> None:
         answers[i] = {"prediction_id": prediction_id, **answers[i]}
 
 
-def _answered(model: LoadedModel, call: Call | None) -> _Answered:
+def _answered(model: LoadedModel, call: Call | None) -> Answered:
     if call is None:
-        return _Answered(model.family, model.name, model.version, model.alias[:16], new_request_id(), utc_now())
-    return _Answered(model.family, model.name, model.version, call.role, call.request_id, utc_now(),
+        return Answered(model.family, model.name, model.version, model.alias[:16], new_request_id(), utc_now())
+    return Answered(model.family, model.name, model.version, call.role, call.request_id, utc_now(),
                      call.latency_ms, call.failed)

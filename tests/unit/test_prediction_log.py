@@ -16,8 +16,8 @@ from contract.prediction_store import (connect, engine_for, find_unit_times, ins
                                        read_predictions, record_outcomes, resolve_url, utc_now, window_summaries)
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
-from serving.prediction_log import MoleculesRecord, WindowsRecord, _Answered
-from serving.prediction_log import rows_of as rows_of_records
+from serving.log_rows import Answered, MoleculesRecord, WindowsRecord
+from serving.log_rows import rows_of as rows_of_records
 
 
 def prediction(key: str, age_days: float = 0.0, unit: str | None = None, time_: float | None = None) -> dict:
@@ -64,7 +64,7 @@ def test_window_summaries_per_channel_with_missing_readings():
 
 
 def test_a_batch_of_records_gets_each_window_its_own_summary_in_order():
-    answered = _Answered("sensor", "detector", "3", "champion", "r" * 32, utc_now())
+    answered = Answered("sensor", "detector", "3", "champion", "r" * 32, utc_now())
     rng = np.random.default_rng(0)
 
     def windows_record(count: int, channels: list[str]) -> WindowsRecord:
@@ -182,3 +182,22 @@ def test_records_submitted_after_stop_are_dropped_as_shutdown(tmp_path):
     assert not writer.submit(Rows("late"))
     assert dropped(metrics, "shutdown") == 1
     assert [row["id"] for row in read_predictions(engine_for(f"sqlite:///{tmp_path / 'p.db'}"))] == ["kept"]
+
+
+def test_a_writer_process_that_dies_is_started_again_and_the_log_goes_on(tmp_path, caplog):
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=10, retention_days=1, max_rows=10,
+                         prune_every_s=3600, metrics=metrics)
+    writer.start()
+    assert writer.submit(Rows("before")) and writer.flush(timeout_s=60)
+    first = writer._process
+    first.kill()
+    first.wait(timeout=30)
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        assert writer.submit(Rows("after")) and writer.flush(timeout_s=60)
+    writer.stop(timeout_s=30)
+    assert writer._process is not first and writer._process.returncode == 0
+    assert sorted(row["id"] for row in read_predictions(engine_for(url))) == ["after", "before"]
+    assert any("writer process ended" in r.getMessage() for r in caplog.records)
+    assert metrics.registry.get_sample_value("serving_prediction_log_written_rows_total") == 2
