@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -18,7 +18,7 @@ from contract.prediction_store import DOMAIN_FIELDS, window_summaries
 NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS)  # answer fields not the model's output
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Answered:
     """What every row of one request shares."""
 
@@ -31,8 +31,9 @@ class Answered:
     latency_ms: float | None = None
     failed: bool = False
 
-    def __reduce__(self):
-        return Answered, astuple(self)
+    def __reduce__(self):  # a datetime with its time zone pickles slowly; a POSIX timestamp is a float
+        return _answered, (self.family, self.model_name, self.model_version, self.role, self.request_id,
+                           self.created_at.timestamp(), self.latency_ms, self.failed)
 
     def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> dict:
         output = {key: value for key, value in answer.items() if key not in NOT_LOGGED}
@@ -42,12 +43,17 @@ class Answered:
                 "input_summary": summary, "output": output, "latency_ms": self.latency_ms, "failed": self.failed}
 
 
+def _answered(family, model_name, model_version, role, request_id, timestamp, latency_ms, failed) -> Answered:
+    created_at = datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc)
+    return Answered(family, model_name, model_version, role, request_id, created_at, latency_ms, failed)
+
+
 def _windows(answered, data: bytes, shape: tuple, channels, answers, units, times) -> "WindowsRecord":
     return WindowsRecord(answered, np.frombuffer(data, dtype=np.float32).reshape(shape), channels, answers, units,
                          times)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class WindowsRecord:
     """Answered windows (n, T, C) float32 with their answers (carrying `prediction_id`), units and times."""
 
@@ -74,7 +80,7 @@ class WindowsRecord:
                 for i, (window, summary, answer) in enumerate(zip(self.windows, summaries, self.answers))]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class MoleculesRecord:
     """Answered molecules: the answers carrying `prediction_id`, `smiles` (as sent) and `canonical_smiles` (None
     when the call failed)."""

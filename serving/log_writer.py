@@ -69,6 +69,7 @@ class StoreWriter:
                               prune_every_s)
         self._queue: deque[Record] = deque()
         self._queued_rows = 0  # in the queue and in the writer process
+        self._waiting_rows = 0  # in the queue
         self._first_queued_at = 0.0  # when the oldest record in the queue came
         self._hurry = False  # a flush is waiting: send without lingering
         self._accepted = self._finished = 0  # records taken by submit / written or dropped
@@ -94,8 +95,9 @@ class StoreWriter:
                     self._condition.notify_all()
                 self._queue.append(record)
                 self._queued_rows += len(record)
+                self._waiting_rows += len(record)
                 self._accepted += 1
-                if self._queued_rows >= BATCH_ROWS:
+                if self._waiting_rows >= BATCH_ROWS:
                     self._condition.notify_all()
         if refused is not None:
             self.metrics.log_dropped_rows.labels(refused).inc(len(record))
@@ -170,6 +172,7 @@ class StoreWriter:
                 while self._queue and (not batch or rows + len(self._queue[0]) <= BATCH_ROWS):
                     batch.append(self._queue.popleft())
                     rows += len(batch[-1])
+                self._waiting_rows -= rows
                 self._first_queued_at = time.monotonic()
                 self._hurry = self._hurry and bool(self._queue)
                 done = self._closing and not self._queue
@@ -205,7 +208,7 @@ class StoreWriter:
 
     def _wait_s(self) -> float | None:
         """How long the sender may still sleep (None: until woken; <= 0: send now). Called under the lock."""
-        if self._closing or (self._queue and (self._hurry or self._queued_rows >= BATCH_ROWS)):
+        if self._closing or (self._queue and (self._hurry or self._waiting_rows >= BATCH_ROWS)):
             return 0.0
         if not self._queue:
             return None

@@ -13,7 +13,7 @@ whether it failed.
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,11 +37,13 @@ class PredictionStoreError(RuntimeError):
 
 
 def _new_ids(count: int) -> list[str]:
-    return [uuid.uuid4().hex for _ in range(count)]
+    """`count` random ids of 32 hex characters (128 random bits each; uuid4 costs five times more per id)."""
+    random = os.urandom(16 * count).hex()
+    return [random[32 * i:32 * (i + 1)] for i in range(count)]
 
 
 def new_request_id() -> str:
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class PredictionLog:
         if self.writer is None:
             return
         _identify(answers, range(len(answers)))
-        self.writer.submit(WindowsRecord(_answered(model, call), windows, list(model.card["channels"]), answers,
+        self.writer.submit(WindowsRecord(_answered(model, call), windows, model.card["channels"], answers,
                                          units, times))
 
     def record_smiles(self, answers: list[dict], model: LoadedModel, call: Call | None = None) -> None:

@@ -1,9 +1,11 @@
 """Who answers a prediction request: the champion, or under SERVING_ROLLOUT the `challenger` alias too.
 
 - off: the champion answers; the challenger is not loaded.
-- shadow: the champion answers; after its answer is made, the challenger runs the same items in its own batcher
-  and model thread (never in the champion's queue), its rows logged with role `shadow` and the request's id. At
-  most SERVING_SHADOW_MAX_PENDING shadow calls wait or run; more are dropped and counted.
+- shadow: the champion answers; after its answer is made, the request's items wait (SHADOW_LINGER_S at most) to
+  be run by the challenger together with the other requests' items, in one call of its own batcher and model
+  thread (never in the champion's queue); its rows are logged with role `shadow` and each request's id. Nobody
+  waits for a shadow answer, so batching them costs no latency and saves most of a call's fixed cost. At most
+  SERVING_SHADOW_MAX_PENDING requests wait or run in shadow; more are dropped and counted.
 - canary: the challenger answers SERVING_CANARY_SHARE of the requests, chosen by a hash of the request id; its
   rows have role `challenger` and the response names it. A failed challenger call is logged and counted, and the
   champion answers the request instead.
@@ -15,10 +17,10 @@ rows of the prediction store, for the rollout judge of the `monitor` flow (docs/
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -32,8 +34,19 @@ from serving.settings import ServingSettings
 from serving.store import ModelStore
 
 SHADOW = "shadow"
+SHADOW_LINGER_S = 0.05  # how long a request's shadow items wait for others to share the challenger's call
 ModelCall = Callable[[str], Awaitable[tuple[list[dict], LoadedModel]]]  # role -> (answers, model)
 Record = Callable[[list[dict], LoadedModel, Call], None]  # answers (or placeholders), model, call -> queue rows
+
+
+@dataclass
+class ShadowItems:
+    """One answered request's items, waiting for the challenger: windows (n, T, C) or SMILES, and how to log."""
+
+    request_id: str
+    items: np.ndarray | Sequence[str]
+    record: Record
+    failed_answers: Callable[[], list[dict]]
 
 
 def canary_fraction(request_id: str) -> float:
@@ -48,7 +61,9 @@ class Rollout:
                  metrics: ServiceMetrics):
         self.mode, self.share, self.max_pending = settings.rollout, settings.canary_share, settings.shadow_max_pending
         self.store, self.predictions, self.log, self.metrics = store, predictions, log, metrics
-        self._shadows: set[asyncio.Task] = set()
+        self._shadow_waiting: dict[str, list[ShadowItems]] = {"sensor": [], "molecule": []}
+        self._shadow_pending = 0  # requests waiting or running in shadow
+        self._shadow_runners: dict[str, asyncio.Task] = {}  # per family, while its shadow items are being run
 
     def describe(self) -> dict:
         """serving.schemas.RolloutInfo's fields."""
@@ -67,18 +82,18 @@ class Rollout:
         def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
             self.log.record_windows(windows, answers, model, units, times, call)
 
-        return await self._serve("sensor", lambda role: self.predictions.predict_windows(windows, role), record,
-                                 lambda: [{} for _ in range(len(windows))])
+        return await self._serve("sensor", windows, lambda role: self.predictions.predict_windows(windows, role),
+                                 record, lambda: [{} for _ in range(len(windows))])
 
     async def smiles(self, smiles: Sequence[str]) -> tuple[list[dict], LoadedModel]:
         """SMILES -> the answers (with their `prediction_id`, or an `error`) and the model that gave them."""
         def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
             self.log.record_smiles(answers, model, call)
 
-        return await self._serve("molecule", lambda role: self.predictions.predict_smiles(smiles, role), record,
-                                 lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles])
+        return await self._serve("molecule", smiles, lambda role: self.predictions.predict_smiles(smiles, role),
+                                 record, lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles])
 
-    async def _serve(self, family: str, predict: ModelCall, record: Record,
+    async def _serve(self, family: str, items: np.ndarray | Sequence[str], predict: ModelCall, record: Record,
                      failed_answers: Callable[[], list[dict]]) -> tuple[list[dict], LoadedModel]:
         request_id = new_request_id()
         role = self.role_for(family, request_id)
@@ -91,7 +106,7 @@ class Rollout:
                 pass
         answers, model = await self._call(family, CHAMPION, request_id, predict, record, failed_answers)
         if self.mode == SHADOW:
-            self._shadow(family, request_id, predict, record, failed_answers)
+            self._shadow(family, ShadowItems(request_id, items, record, failed_answers))
         return answers, model
 
     async def _call(self, family: str, role: str, request_id: str, predict: ModelCall, record: Record,
@@ -117,25 +132,61 @@ class Rollout:
         record(answers, model, Call(request_id, logged_as, latency * 1000))
         return answers, model
 
-    def _shadow(self, family: str, request_id: str, predict: ModelCall, record: Record,
-                failed_answers: Callable[[], list[dict]]) -> None:
-        """Start the challenger's call on the request's items in the background (or drop and count it)."""
+    def _shadow(self, family: str, items: ShadowItems) -> None:
+        """Queue the request's items for the challenger's next shadow call (or drop and count them)."""
         if self.store.challenger(family) is None:
             return
-        if len(self._shadows) >= self.max_pending:
+        if self._shadow_pending >= self.max_pending:
             self.metrics.shadow_dropped.labels(family).inc()
             return
+        self._shadow_pending += 1
+        self._shadow_waiting[family].append(items)
+        if family not in self._shadow_runners:
+            runner = asyncio.create_task(self._run_shadows(family))
+            self._shadow_runners[family] = runner
+            runner.add_done_callback(lambda _: self._shadow_runners.pop(family, None))
 
-        async def shadow() -> None:
-            with contextlib.suppress(Exception):  # counted and logged by _call; nobody waits for the answer
-                await self._call(family, CHALLENGER, request_id, predict, record, failed_answers, logged_as=SHADOW)
+    async def _run_shadows(self, family: str) -> None:
+        """While requests wait in shadow: after SHADOW_LINGER_S, run all that wait in one challenger call and log
+        each request's rows under its own id."""
+        while self._shadow_waiting[family]:
+            await asyncio.sleep(SHADOW_LINGER_S)
+            waiting, self._shadow_waiting[family] = self._shadow_waiting[family], []
+            try:
+                await self._shadow_call(family, waiting)
+            finally:
+                self._shadow_pending -= len(waiting)
 
-        task = asyncio.create_task(shadow())
-        self._shadows.add(task)
-        task.add_done_callback(self._shadows.discard)
+    async def _shadow_call(self, family: str, waiting: list[ShadowItems]) -> None:
+        """One challenger call on the items of `waiting`; each request's rows carry the call's latency."""
+        model = self.store.challenger(family)
+        if model is None:  # the challenger went away while the items waited: nothing to run or log
+            return
+        if family == "sensor":
+            together, predict = np.concatenate([w.items for w in waiting]), self.predictions.predict_windows
+        else:
+            together, predict = [smiles for w in waiting for smiles in w.items], self.predictions.predict_smiles
+        self.metrics.model_requests.labels(family, SHADOW).inc(len(waiting))
+        start = time.perf_counter()
+        try:
+            answers, model = await predict(together, CHALLENGER)
+            failed = False
+        except BatcherClosed:  # the service stops: no verdict on the model
+            return
+        except Exception:  # nobody waits for a shadow answer: the failure is counted and logged
+            answers, failed = [], True
+            self.metrics.model_errors.labels(family, SHADOW).inc(len(waiting))
+        latency = time.perf_counter() - start
+        offset = 0
+        for w in waiting:
+            self.metrics.model_latency.labels(family, SHADOW).observe(latency)
+            part = w.failed_answers() if failed else answers[offset:offset + len(w.items)]
+            w.record(part, model, Call(w.request_id, SHADOW, latency * 1000, failed=failed))
+            offset += len(w.items)
 
     async def stop(self) -> None:
         """Cancel the shadow calls still waiting or running."""
-        for task in list(self._shadows):
-            task.cancel()
-        await asyncio.gather(*self._shadows, return_exceptions=True)
+        runners = list(self._shadow_runners.values())
+        for runner in runners:
+            runner.cancel()
+        await asyncio.gather(*runners, return_exceptions=True)

@@ -1,6 +1,6 @@
 """serving.rollout on stand-in models: the canary's choice is fixed by the request id and takes its share; a
-failed canary call is logged and counted and the champion answers; shadow calls are bounded (the excess dropped
-and counted) and logged under the answered request's id."""
+failed canary call is logged and counted and the champion answers; requests in shadow are bounded (the excess
+dropped and counted), run by the challenger together in one call, and logged under each answered request's id."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 
 from serving.metrics import ServiceMetrics
@@ -34,6 +35,7 @@ class Models:
 
     def __init__(self, challenger_fails: bool = False):
         self.challenger_fails, self.release = challenger_fails, asyncio.Event()
+        self.challenger_calls: list[int] = []  # items per challenger call of predict_windows
 
     def model_of(self, family, role):
         return Model("1", "champion") if role == "champion" else Model("2", "challenger")
@@ -45,6 +47,15 @@ class Models:
             await self.release.wait()
         return [{"failure_probability": 0.5}], self.model_of("sensor", role)
 
+    async def predict_windows(self, windows, role):
+        """The shadow path: one answer per window, its probability the window's first reading."""
+        if role == "challenger":
+            self.challenger_calls.append(len(windows))
+            if self.challenger_fails:
+                raise RuntimeError("broken challenger")
+            await self.release.wait()
+        return [{"failure_probability": float(w[0, 0])} for w in windows], self.model_of("sensor", role)
+
 
 def rollout(mode: str, models: Models, **settings) -> tuple[Rollout, list, ServiceMetrics]:
     metrics, recorded = ServiceMetrics(), []
@@ -53,7 +64,11 @@ def rollout(mode: str, models: Models, **settings) -> tuple[Rollout, list, Servi
 
 
 def record_into(recorded: list):
-    return lambda answers, model, call: recorded.append((model.version, call))
+    return lambda answers, model, call: recorded.append((model.version, call, answers))
+
+
+def window(value: float) -> np.ndarray:
+    return np.full((1, 4, 2), value, dtype=np.float32)
 
 
 def count(metrics: ServiceMetrics, name: str, **labels) -> float:
@@ -73,9 +88,10 @@ def test_the_canary_choice_is_fixed_by_the_request_id_and_takes_its_share():
 def test_a_failed_canary_call_is_logged_and_counted_and_the_champion_answers():
     models = Models(challenger_fails=True)
     serving, recorded, metrics = rollout("canary", models, canary_share=1.0)
-    answers, model = asyncio.run(serving._serve("sensor", models.predict, record_into(recorded), lambda: [{}]))
+    answers, model = asyncio.run(serving._serve("sensor", window(0), models.predict, record_into(recorded),
+                                                lambda: [{}]))
     assert model.version == "1" and answers == [{"failure_probability": 0.5}]
-    (failed_version, failed), (answered_version, answered) = recorded
+    (failed_version, failed, _), (answered_version, answered, _) = recorded
     assert (failed_version, failed.role, failed.failed) == ("2", "challenger", True)
     assert (answered_version, answered.role, answered.failed) == ("1", "champion", False)
     assert failed.request_id == answered.request_id
@@ -83,20 +99,45 @@ def test_a_failed_canary_call_is_logged_and_counted_and_the_champion_answers():
     assert count(metrics, "serving_model_requests_total", family="sensor", role="champion") == 1
 
 
-def test_shadow_calls_are_bounded_and_logged_under_the_answered_request():
+def test_requests_in_shadow_are_bounded_run_together_and_logged_under_each_answered_request():
     async def scenario():
         models = Models()
-        serving, recorded, metrics = rollout("shadow", models, shadow_max_pending=2)
-        for _ in range(5):
-            _, model = await serving._serve("sensor", models.predict, record_into(recorded), lambda: [{}])
+        serving, recorded, metrics = rollout("shadow", models, shadow_max_pending=3)
+        for i in range(5):
+            _, model = await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}])
             assert model.version == "1"  # answered without waiting for the shadow
-        assert len(recorded) == 5 and count(metrics, "serving_shadow_dropped_total", family="sensor") == 3
+        assert len(recorded) == 5 and count(metrics, "serving_shadow_dropped_total", family="sensor") == 2
         models.release.set()
-        await asyncio.sleep(0.01)
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(recorded) < 8:
+            assert asyncio.get_running_loop().time() < deadline, recorded
+            await asyncio.sleep(0.01)
         await serving.stop()
-        return recorded
+        return models, recorded, metrics
 
-    recorded = asyncio.run(scenario())
-    shadows = [call for version, call in recorded if call.role == "shadow"]
-    answered = [call.request_id for version, call in recorded if call.role == "champion"]
-    assert len(shadows) == 2 and [s.request_id for s in shadows] == answered[:2]
+    models, recorded, metrics = asyncio.run(scenario())
+    assert models.challenger_calls == [3]  # the three requests' windows in one challenger call
+    shadows = [(call, answers) for version, call, answers in recorded if call.role == "shadow"]
+    answered = [call.request_id for version, call, _ in recorded if call.role == "champion"]
+    assert [call.request_id for call, _ in shadows] == answered[:3]
+    assert [answers for _, answers in shadows] == [[{"failure_probability": float(i)}] for i in range(3)]
+    assert count(metrics, "serving_model_requests_total", family="sensor", role="shadow") == 3
+
+
+def test_a_failed_shadow_call_is_logged_for_each_request_and_counted():
+    async def scenario():
+        models = Models(challenger_fails=True)
+        serving, recorded, metrics = rollout("shadow", models)
+        for i in range(2):
+            await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}])
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(recorded) < 4:
+            assert asyncio.get_running_loop().time() < deadline, recorded
+            await asyncio.sleep(0.01)
+        await serving.stop()
+        return recorded, metrics
+
+    recorded, metrics = asyncio.run(scenario())
+    shadows = [(call, answers) for version, call, answers in recorded if call.role == "shadow"]
+    assert [(call.failed, answers) for call, answers in shadows] == [(True, [{}]), (True, [{}])]
+    assert count(metrics, "serving_model_errors_total", family="sensor", role="shadow") == 2
