@@ -282,6 +282,6 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     v1.include_router(feedback_router(prediction_log, settings.max_items))
     v1.include_router(monitoring_router(monitor))
     app.include_router(v1)
-    app.include_router(protocol_router(settings, store, predictions, metrics))
+    app.include_router(protocol_router(settings, store, predictions, rollout, monitor, metrics))
     app.include_router(admin_router(settings.admin_key, reload))
     return app

@@ -25,7 +25,9 @@ from serving.errors import MEANING
 from serving.inputs import BadInput, check_count, check_smiles
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
+from serving.monitoring import Monitor
 from serving.predict import NotReady, Predictions
+from serving.rollout import Rollout
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 
@@ -122,10 +124,14 @@ def _app_handler(app: FastAPI, error: Exception) -> Callable | None:
     return next((app.exception_handlers[kind] for kind in type(error).__mro__ if kind in app.exception_handlers), None)
 
 
-def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions,
-                    metrics: ServiceMetrics) -> APIRouter:
+def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions, rollout: Rollout,
+                    monitor: Monitor, metrics: ServiceMetrics) -> APIRouter:
     """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
-    the API key like /v1. A model is named by its registry name or by its family (`sensor`, `molecule`)."""
+    the API key like /v1. A model is named by its registry name or by its family (`sensor`, `molecule`).
+    Inference goes through the rollout, the prediction log and the monitoring like /v1 (a request naming a
+    version is answered by the champion of that version, never by a canary); with the log on, each item's `prediction_id` is an
+    output (BYTES, empty for a SMILES that got an `error`)."""
+    logged = rollout.log.enabled
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["open inference protocol"])
     guarded = api_key_guard(settings.api_key)
     timeout_s = settings.request_timeout_s
@@ -160,7 +166,7 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
 
     async def model_metadata(name: str, request: Request) -> dict:
         """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
-        return _metadata(served(name, request.path_params.get("version")))
+        return _metadata(served(name, request.path_params.get("version")), logged)
 
     async def model_ready(name: str, request: Request) -> dict:
         """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
@@ -171,12 +177,14 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
         version = request.path_params.get("version")
         model = served(name, version)
         inference, binary = _read_request(await request.body(), request.headers)
-        wanted = _wanted_outputs(inference, _output_types(model))
+        wanted = _wanted_outputs(inference, _output_types(model, logged))
         if model.family == "sensor":
             windows = _windows(_only_input(inference, SENSOR_INPUT, "FP32", binary), binary, model.card,
                                settings.max_items)
             metrics.request_items.labels("sensor").observe(len(windows))
-            rows, answered = await within_deadline(request, predictions.predict_windows(windows), timeout_s)
+            rows, answered = await within_deadline(request, rollout.windows(windows, None, None, version is not None),
+                                                   timeout_s)
+            monitor.record_windows(windows, answered)
             outputs = {"failure_probability": np.array([r["failure_probability"] for r in rows], np.float32),
                        "alert": np.array([r["alert"] for r in rows], bool),
                        "uncertainty": np.array([r["uncertainty"] for r in rows], np.float32)}
@@ -184,11 +192,14 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
             smiles = _smiles(_only_input(inference, MOLECULE_INPUT, "BYTES", binary), binary, settings.max_items)
             check_smiles(smiles, settings.max_smiles_length)
             metrics.request_items.labels("molecule").observe(len(smiles))
-            rows, answered = await within_deadline(request, predictions.predict_smiles(smiles), timeout_s)
+            rows, answered = await within_deadline(request, rollout.smiles(smiles, version is not None), timeout_s)
+            monitor.record_smiles(rows, answered)
             key = _molecule_key(answered)
             outputs = {key: np.array([r.get(key, math.nan) for r in rows], np.float32),
                        "uncertainty": np.array([r.get("uncertainty", math.nan) for r in rows], np.float32),
                        "error": np.array([r.get("error", "") for r in rows], object)}
+        if logged:
+            outputs["prediction_id"] = np.array([r.get("prediction_id", "") for r in rows], object)
         if version is not None and answered.version != version:
             raise NotReady(f"{answered.name} changed to version {answered.version} while the request waited; retry")
         return _answer(answered, inference.id, wanted, outputs)
@@ -206,19 +217,22 @@ def _molecule_key(model: LoadedModel) -> str:
     return "value" if model.card["task"] == "regression" else "probability"
 
 
-def _output_types(model: LoadedModel) -> dict[str, str]:
+def _output_types(model: LoadedModel, logged: bool) -> dict[str, str]:
     if model.family == "sensor":
-        return {"failure_probability": "FP32", "alert": "BOOL", "uncertainty": "FP32"}
-    return {_molecule_key(model): "FP32", "uncertainty": "FP32", "error": "BYTES"}
+        types = {"failure_probability": "FP32", "alert": "BOOL", "uncertainty": "FP32"}
+    else:
+        types = {_molecule_key(model): "FP32", "uncertainty": "FP32", "error": "BYTES"}
+    return {**types, "prediction_id": "BYTES"} if logged else types
 
 
-def _metadata(model: LoadedModel) -> dict:
+def _metadata(model: LoadedModel, logged: bool) -> dict:
     if model.family == "sensor":
         inputs = [{"name": SENSOR_INPUT, "datatype": "FP32",
                    "shape": [-1, int(model.card["window"]), len(model.card["channels"])]}]
     else:
         inputs = [{"name": MOLECULE_INPUT, "datatype": "BYTES", "shape": [-1]}]
-    outputs = [{"name": name, "datatype": datatype, "shape": [-1]} for name, datatype in _output_types(model).items()]
+    outputs = [{"name": name, "datatype": datatype, "shape": [-1]}
+               for name, datatype in _output_types(model, logged).items()]
     return {"name": model.name, "versions": [model.version], "platform": "onnxruntime", "inputs": inputs,
             "outputs": outputs}
 

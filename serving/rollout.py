@@ -70,33 +70,37 @@ class Rollout:
         return {"mode": self.mode, "canary_share": self.share if self.mode == "canary" else None,
                 "challengers": [m.describe() for m in self.store.challengers.values()]}
 
-    def role_for(self, family: str, request_id: str) -> str:
-        if self.mode == "canary" and self.store.challenger(family) is not None \
+    def role_for(self, family: str, request_id: str, pinned: bool = False) -> str:
+        """The role that answers the request: the champion, or in canary mode the challenger for its share of the
+        requests (never for a request `pinned` to the champion's version)."""
+        if self.mode == "canary" and not pinned and self.store.challenger(family) is not None \
                 and canary_fraction(request_id) < self.share:
             return CHALLENGER
         return CHAMPION
 
-    async def windows(self, windows: np.ndarray, units: Sequence[str] | None,
-                      times: Sequence[float] | None) -> tuple[list[dict], LoadedModel]:
-        """Windows (n, T, C) -> the answers (with their `prediction_id`) and the model that gave them."""
+    async def windows(self, windows: np.ndarray, units: Sequence[str] | None, times: Sequence[float] | None,
+                      pinned: bool = False) -> tuple[list[dict], LoadedModel]:
+        """Windows (n, T, C) -> the answers (with their `prediction_id`) and the model that gave them (the
+        champion when `pinned`)."""
         def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
             self.log.record_windows(windows, answers, model, units, times, call)
 
         return await self._serve("sensor", windows, lambda role: self.predictions.predict_windows(windows, role),
-                                 record, lambda: [{} for _ in range(len(windows))])
+                                 record, lambda: [{} for _ in range(len(windows))], pinned)
 
-    async def smiles(self, smiles: Sequence[str]) -> tuple[list[dict], LoadedModel]:
-        """SMILES -> the answers (with their `prediction_id`, or an `error`) and the model that gave them."""
+    async def smiles(self, smiles: Sequence[str], pinned: bool = False) -> tuple[list[dict], LoadedModel]:
+        """SMILES -> the answers (with their `prediction_id`, or an `error`) and the model that gave them (the
+        champion when `pinned`)."""
         def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
             self.log.record_smiles(answers, model, call)
 
         return await self._serve("molecule", smiles, lambda role: self.predictions.predict_smiles(smiles, role),
-                                 record, lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles])
+                                 record, lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles], pinned)
 
     async def _serve(self, family: str, items: np.ndarray | Sequence[str], predict: ModelCall, record: Record,
-                     failed_answers: Callable[[], list[dict]]) -> tuple[list[dict], LoadedModel]:
+                     failed_answers: Callable[[], list[dict]], pinned: bool = False) -> tuple[list[dict], LoadedModel]:
         request_id = new_request_id()
-        role = self.role_for(family, request_id)
+        role = self.role_for(family, request_id, pinned)
         if role == CHALLENGER:
             try:
                 return await self._call(family, role, request_id, predict, record, failed_answers)

@@ -33,8 +33,8 @@ class ServingSettings(BaseSettings):
                                                         "only), canary (answers `canary_share` of the requests)")
     canary_share: float = Field(0.1, ge=0, le=1, description="canary: the share of requests the challenger answers "
                                 "(chosen by a hash of the request id)")
-    shadow_max_pending: int = Field(64, ge=1, description="shadow: challenger calls waiting or running at most; "
-                                    "more are dropped and counted")
+    shadow_max_pending: int = Field(1024, ge=1, description="shadow: requests waiting or running in shadow at "
+                                    "most; more are dropped and counted")
     prefer_cuda: bool = True
     max_items: int = Field(256, ge=1, description="windows or SMILES per request")
     max_smiles_length: int = Field(500, ge=1)

@@ -1,8 +1,10 @@
 """The monitor end to end on the drift scenario (flows/monitoring/scenario.py): a logistic sensor ensemble trained
-on a plant's reference fleet is registered with its training reference; a drifted fleet (another operating point,
-another failure prevalence) streams predictions and outcomes into a real SQLite prediction store; the `monitor`
-flow (real Prefect, MLflow, ONNX Runtime) raises the calibration alarm, recalibrates, gates and promotes, and the
-new version is calibrated on drifted windows none of the models saw. bench/monitoring.py measures the figures."""
+on a plant's reference fleet is registered with its training reference and served (the real app, ONNX Runtime);
+a drifted fleet (another operating point, another failure prevalence) is replayed through the HTTP API with its
+units and times, and its outcomes sent to /v1/feedback by unit and time, so they reach the real SQLite prediction
+store as in production; the `monitor` flow (real Prefect, MLflow) raises the calibration alarm, recalibrates,
+gates and promotes, and the new version is calibrated on drifted windows none of the models saw.
+bench/monitoring.py measures the figures."""
 
 from __future__ import annotations
 
@@ -15,16 +17,17 @@ from mlflow import MlflowClient
 from contract.manifest import load_verify_key, public_key_path
 from contract.registry import CHAMPION, alias_version
 from flows.monitor import monitor
-from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params, \
-    write_predictions
+from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
 from flows.params import load_params
 from flows.tracking import signing_key, use_tracking
 from models.metrics import expected_calibration_error
 from serving.loading import load_version
+from tests.integration.replay import predict, send_outcomes, service
 
 pytestmark = pytest.mark.integration
 
 OUTCOMES = 1000
+PER_REQUEST = 50
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +44,15 @@ def monitored(tmp_path_factory):
         key = load_verify_key(public_key_path(signing_key(params.tracking)))
         champion = load_version(client, "sensor", name, str(first["registered_version"]), CHAMPION, key, False)
         stream = fleet_stream(scenario, seed=101, drifted=True).head(OUTCOMES)
-        write_predictions(params.monitor.store_url, champion.predictor, stream, name, champion.version,
-                          scenario.horizon)
+        with service(params_file, params.monitor.store_url) as served:
+            answers = [predict(served, stream, start, PER_REQUEST) for start in range(0, OUTCOMES, PER_REQUEST)]
+            windows = stream.windows
+            send_outcomes(served, [{"unit": str(unit), "time": float(time_), "label": float(label)}
+                                   for unit, time_, label in zip(windows.unit, windows.time, windows.y)])
         first_run = monitor(params_file=str(params_file))
         second_run = monitor(params_file=str(params_file))
         yield {"params": params, "client": client, "name": name, "key": key, "champion": champion,
-               "scenario": scenario, "first": first_run, "second": second_run}
+               "scenario": scenario, "answers": answers, "first": first_run, "second": second_run}
 
 
 def test_the_registered_version_carries_its_signed_training_reference(monitored):
@@ -54,6 +60,12 @@ def test_the_registered_version_carries_its_signed_training_reference(monitored)
     assert champion.reference is not None
     assert champion.reference["channels"].tolist() == champion.card["channels"]
     assert champion.reference["psi_proportions"].sum(axis=1) == pytest.approx(np.ones(len(champion.card["channels"])))
+
+
+def test_the_served_champion_answered_the_replayed_fleet(monitored):
+    answered = [p for answer in monitored["answers"] for p in answer["predictions"]]
+    assert len(answered) == OUTCOMES and len({p["prediction_id"] for p in answered}) == OUTCOMES
+    assert {answer["model"]["version"] for answer in monitored["answers"]} == {monitored["champion"].version}
 
 
 def test_the_drift_raises_the_calibration_and_input_alarms(monitored):

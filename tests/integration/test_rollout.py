@@ -14,60 +14,23 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from contract.audit import read_moves
 from contract.prediction_store import connect, read_predictions
-from contract.registry import CHALLENGER, CHAMPION, RegistrySettings, alias_version, audit_trail, move_alias
+from contract.registry import CHALLENGER, CHAMPION, alias_version, audit_trail, move_alias
 from flows.monitor import monitor
 from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
 from flows.params import load_params
 from flows.tracking import use_tracking
-from serving.app import create_app
-from serving.settings import ServingSettings
-from serving.store import ModelStore
+from tests.integration.replay import predict, send_outcomes, service, wait_for_challenger
 
 pytestmark = pytest.mark.integration
 
 REQUESTS, PER_REQUEST, SHARE = 120, 5, 0.4
 SHADOW_REQUESTS = 8
-
-
-def window_json(window: np.ndarray) -> list:
-    """(C, T) -> the API's T lists of C values (null for a missing reading)."""
-    return [[None if np.isnan(v) else float(v) for v in step] for step in window.T]
-
-
-def service(params_file, store_url: str, rollout: str) -> TestClient:
-    """The app serving the sensor family only (the scenario has no molecule model), so /ready means it."""
-    settings = ServingSettings(params_file=str(params_file), prediction_store=store_url, rollout=rollout,
-                               canary_share=SHARE, prefer_cuda=False, poll_seconds=3600, featurize_workers=1)
-    registry = RegistrySettings.from_params(params_file)
-    store = ModelStore(registry.tracking_uri, {"sensor": registry.model_names["sensor"]}, CHAMPION,
-                       registry.verify_key, prefer_cuda=False, challenger_alias=CHALLENGER)
-    return TestClient(create_app(settings, store=store))
-
-
-def wait_for_challenger(client: TestClient, timeout: float = 60.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while not (models := client.get("/v1/models").json())["rollout"]["challengers"]:
-        assert time.monotonic() < deadline, models
-        time.sleep(0.05)
-    return models
-
-
-def predict(client: TestClient, stream, start: int, count: int) -> dict:
-    windows = stream.windows
-    body = {"windows": [window_json(w) for w in windows.X[start:start + count]],
-            "units": [str(u) for u in windows.unit[start:start + count]],
-            "times": [float(t) for t in windows.time[start:start + count]]}
-    answer = client.post("/v1/sensor/predict", json=body)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +48,7 @@ def rollout(tmp_path_factory, prefect_api):
         stream = fleet_stream(scenario, seed=101, drifted=True)
 
         shadow_store = f"sqlite:///{root / 'shadow.db'}"
-        with service(params_file, shadow_store, "shadow") as client:
+        with service(params_file, shadow_store, "shadow", SHARE) as client:
             shadow_models = wait_for_challenger(client)
             shadow_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(SHADOW_REQUESTS)]
             deadline = time.monotonic() + 60
@@ -94,16 +57,12 @@ def rollout(tmp_path_factory, prefect_api):
                 client.app.state.prediction_log.writer.flush(timeout_s=5)
                 time.sleep(0.05)
 
-        with service(params_file, params.monitor.store_url, "canary") as client:
+        with service(params_file, params.monitor.store_url, "canary", SHARE) as client:
             canary_models = wait_for_challenger(client)
             answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(REQUESTS)]
             labels = stream.windows.y[:REQUESTS * PER_REQUEST]
             ids = [p["prediction_id"] for answer in answers for p in answer["predictions"]]
-            for start in range(0, len(ids), 200):
-                outcomes = [{"prediction_id": key, "observed": float(label)}
-                            for key, label in zip(ids[start:start + 200], labels[start:start + 200])]
-                feedback = client.post("/v1/feedback", json={"outcomes": outcomes})
-                assert feedback.status_code == 200 and feedback.json()["accepted"] == len(outcomes), feedback.text
+            send_outcomes(client, [{"prediction_id": key, "observed": float(label)} for key, label in zip(ids, labels)])
             metrics = client.get("/metrics").text
             # the conftest's server: Prefect read its settings when this module imported it, before the variable
             with temporary_settings(updates={PREFECT_API_URL: prefect_api}):

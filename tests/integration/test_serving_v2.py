@@ -1,11 +1,13 @@
 """The Open Inference Protocol (/v2) against a real uvicorn server, with tritonclient as the client: health,
-metadata, inference on JSON and binary tensors equal to /v1's answers, protocol errors, auth."""
+metadata, inference on JSON and binary tensors equal to /v1's answers, each answered item's prediction id in the
+prediction store, protocol errors, auth."""
 
 from __future__ import annotations
 
 import json
 import struct
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -14,6 +16,7 @@ import tritonclient.http as triton
 from fastapi.testclient import TestClient
 from tritonclient.utils import InferenceServerException
 
+from contract.prediction_store import connect, find_predictions, resolve_url
 from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
@@ -90,7 +93,8 @@ def test_sensor_metadata_matches_the_card(client, name):
     assert metadata["inputs"] == [{"name": "windows", "datatype": "FP32", "shape": [-1, WINDOW, len(CHANNELS)]}]
     assert metadata["outputs"] == [{"name": "failure_probability", "datatype": "FP32", "shape": [-1]},
                                    {"name": "alert", "datatype": "BOOL", "shape": [-1]},
-                                   {"name": "uncertainty", "datatype": "FP32", "shape": [-1]}]
+                                   {"name": "uncertainty", "datatype": "FP32", "shape": [-1]},
+                                   {"name": "prediction_id", "datatype": "BYTES", "shape": [-1]}]
     assert client.is_model_ready(name) and client.is_model_ready(name, "2")
     assert client.get_model_metadata(name, "2")["versions"] == ["2"]
 
@@ -101,7 +105,7 @@ def test_molecule_metadata_matches_the_card(client, name):
     assert (metadata["name"], metadata["versions"]) == (MOLECULE_NAME, ["1"])
     assert metadata["inputs"] == [{"name": "smiles", "datatype": "BYTES", "shape": [-1]}]
     assert [(o["name"], o["datatype"]) for o in metadata["outputs"]] == [  # a regression model
-        ("value", "FP32"), ("uncertainty", "FP32"), ("error", "BYTES")]
+        ("value", "FP32"), ("uncertainty", "FP32"), ("error", "BYTES"), ("prediction_id", "BYTES")]
     assert client.is_model_ready(name)
 
 
@@ -118,6 +122,27 @@ def test_sensor_inference_equals_v1(client, url, windows, binary):
     assert np.array_equal(result.as_numpy("uncertainty"), np.float32([p["uncertainty"] for p in expected]))
     assert result.as_numpy("alert").tolist() == [p["alert"] for p in expected]
     assert result.as_numpy("alert").dtype == np.bool_
+
+
+def test_each_answer_carries_its_prediction_id_in_the_store(client, url, windows):
+    sensor = client.infer("sensor", [sensor_input(windows, True)])
+    molecule = client.infer("molecule", [smiles_input(SMILES, True)])
+    sensor_ids = [i.decode() for i in sensor.as_numpy("prediction_id")]
+    molecule_ids = [i.decode() for i in molecule.as_numpy("prediction_id")]
+    assert len(set(sensor_ids)) == len(windows) and all(len(i) == 32 for i in sensor_ids)
+    assert molecule_ids[1] == "" and len(set(molecule_ids[::2])) == 2  # the SMILES that got an error has no id
+    store = connect(resolve_url(Path.cwd()))
+    deadline = time.monotonic() + 30
+    while len(stored := find_predictions(store, sensor_ids + molecule_ids[::2])) < len(windows) + 2:
+        assert time.monotonic() < deadline, "the /v2 predictions never reached the store"
+        time.sleep(0.1)
+    assert {stored[i]["family"] for i in sensor_ids} == {"sensor"}
+    assert [stored[i]["output"]["failure_probability"] for i in sensor_ids] == pytest.approx(
+        sensor.as_numpy("failure_probability").tolist())
+    assert {stored[i]["family"] for i in molecule_ids[::2]} == {"molecule"}
+    assert client.get_model_metadata("sensor", "2")["outputs"][-1]["name"] == "prediction_id"
+    pinned = client.infer("sensor", [sensor_input(windows[:1], True)], model_version="2")
+    assert pinned.get_response()["model_version"] == "2" and len(pinned.as_numpy("prediction_id")[0]) == 32
 
 
 def test_a_missing_reading_is_not_a_zero(client, windows):
