@@ -23,6 +23,9 @@ from serving.settings import ServingSettings
 from serving.store import ModelStore
 
 
+FUSED, GRAPH_ONLY = "fused", "graph_only"  # the views of a molecule the model answered from
+
+
 class NotReady(Exception):
     """No model of this family is loaded (yet), or it changed under a queued request."""
 
@@ -71,8 +74,8 @@ class Predictions:
         return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u in answers], model
 
     async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
-        """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability` and `uncertainty`,
-        and its applicability domain when the model has a training reference (serving.domain); or its `error`."""
+        """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability`, `uncertainty` and
+        `modality` (`graph_only` when its SMILES is too long for the tokenizer), and its applicability domain when the model has a training reference (serving.domain); or its `error`."""
         model = self.model_of("molecule", role)
         featurized = await self.featurizer.featurize(smiles)
         molecules = [f for f in featurized if not isinstance(f, str)]
@@ -83,9 +86,9 @@ class Predictions:
             if isinstance(molecule, str):
                 rows.append({"smiles": item, "error": molecule})
             else:
-                value, uncertainty, domain = next(answered)
+                value, uncertainty, graph_only, domain = next(answered)
                 row = {"smiles": item, "canonical_smiles": molecule.graph.smiles, key: _number(value),
-                       "uncertainty": _number(uncertainty), **domain}
+                       "uncertainty": _number(uncertainty), "modality": GRAPH_ONLY if graph_only else FUSED, **domain}
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 
@@ -117,7 +120,7 @@ class Predictions:
                              np.stack([m.graph.descriptors for m in molecules]), self.min_similarity)
         else:
             domains = [{}] * len(molecules)
-        rows = list(zip(out["prediction"].tolist(), out["uncertainty"].tolist(), domains))
+        rows = list(zip(out["prediction"].tolist(), out["uncertainty"].tolist(), out["graph_only"].tolist(), domains))
         return _split(rows, parts), model
 
     async def start(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import math
 import os
 import signal
 import subprocess
@@ -114,6 +115,18 @@ def test_molecule_predictions_with_a_per_item_error(client):
     assert ethanol["uncertainty"] == pytest.approx(0.1 * abs(ethanol["value"]))
     assert benzene["value"] != ethanol["value"]
     assert "value" not in broken and broken["error"]
+
+
+def test_a_smiles_too_long_for_the_tokenizer_is_answered_from_its_graph_and_says_so(store):
+    """The tiny model's tokenizer takes 32 tokens with [CLS] and [SEP]; a chain of 40 carbons has 40 tokens."""
+    settings = ServingSettings(**{**LIMITS, "max_smiles_length": 60, "max_heavy_atoms": 60})
+    with TestClient(create_app(settings, store=store)) as client:
+        wait_ready(client)
+        answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "C" * 40]})
+    assert answer.status_code == 200, answer.text
+    ethanol, chain = answer.json()["predictions"]
+    assert (ethanol["modality"], chain["modality"]) == ("fused", "graph_only")
+    assert math.isfinite(chain["value"]) and "error" not in chain
 
 
 def _window(steps: int = WINDOW, channels: int = len(CHANNELS), value=0.5) -> list:
