@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test serve ui rollback sweep install report metrics
+.PHONY: run test test-fast serve ui rollback sweep install report metrics
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ run: install
 
 test: install
 	$(BIN)/python -m pytest
+
+# the fast tier: unit tests only (no Prefect server, registry, DVC pipeline or HTTP service)
+test-fast: install
+	$(BIN)/python -m pytest -m "not integration"
 
 serve: install
 	$(BIN)/python -m serving
