@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from data.config import StrictModel
@@ -28,4 +30,10 @@ class FinetuneConfig(StrictModel):
     patience: int = Field(3, ge=0, description="epochs without validation improvement before stopping")
     ensemble_size: int = Field(3, ge=2, description="members; their spread is the uncertainty")
     use_pretrained: bool = Field(True, description="start from the pretrained encoder (switch off for ablation)")
+    lr_schedule: Literal["exponential", "cosine"] = Field(
+        "exponential", description="decay after warm-up, to lr * final_lr_ratio at the last epoch (models/schedules.py)")
+    warmup_epochs: int = Field(0, ge=0, description="learning rate rises linearly to lr over these epochs (chemprop: 2)")
+    final_lr_ratio: float = Field(1.0, gt=0, le=1, description="the last epoch's learning rate is lr * this (1: constant "
+                                  "lr; chemprop's Noam-like schedule: exponential to 0.1)")
+    max_grad_norm: float | None = Field(None, gt=0, description="clip the gradients' global L2 norm to this (null: off)")
     seed: int = 0

@@ -60,6 +60,7 @@ def train(
     checkpoint_key: str = "",
     distributed: DistributedContext | None = None,
     lr_schedule: Callable[[int], float] | None = None,
+    max_grad_norm: float | None = None,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -84,6 +85,7 @@ def train(
 
     lr_schedule: epoch -> factor; the learning rate of that epoch is lr * factor (None: constant lr). A function
     of the epoch alone, so a resumed run follows the same schedule.
+    max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping).
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -120,6 +122,8 @@ def train(
             with autocast(device):
                 loss = loss_step(net, batch)
             loss.backward()
+            if max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimiser.step()
             total += float(loss.detach())
             count += 1

@@ -47,11 +47,6 @@ class MoleculeFinetuneConfig(FinetuneConfig):
         0.1, ge=0, lt=0.5, description="per molecule and view, the chance to hide it (the fused model learns to answer from one)"
     )
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
-    warmup_epochs: int = Field(0, ge=0, description="learning rate rises linearly to lr over these epochs (chemprop: 2)")
-    final_lr_ratio: float = Field(
-        1.0, gt=0, le=1, description="after warm-up the learning rate decays exponentially to lr * this at the last epoch "
-        "(1: constant; chemprop's Noam-like schedule: 0.1)"
-    )
 
 
 class MoleculeCalibrateConfig(StrictModel):

@@ -19,6 +19,7 @@ from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.network import MoleculeNet, MoleculePretrainer
+from models.schedules import lr_factor
 from models.training import TrainResult, train
 
 
@@ -161,15 +162,6 @@ def loss_function(task: str, cfg: MoleculeFinetuneConfig):
     return F.binary_cross_entropy_with_logits
 
 
-def lr_factor(epoch: int, epochs: int, warmup_epochs: int, final_lr_ratio: float) -> float:
-    """Learning-rate factor of an epoch: linear warm-up over `warmup_epochs` ((epoch + 1) / (warmup + 1)), then
-    exponential decay from 1 to `final_lr_ratio` at the last epoch (chemprop's Noam-like schedule, per epoch)."""
-    if epoch < warmup_epochs:
-        return (epoch + 1) / (warmup_epochs + 1)
-    decay_epochs = max(epochs - 1 - warmup_epochs, 1)
-    return float(final_lr_ratio ** (min(epoch - warmup_epochs, decay_epochs) / decay_epochs))
-
-
 def finetune_member(
     train_data: Molecules,
     train_y: np.ndarray,
@@ -211,5 +203,7 @@ def finetune_member(
     result = train(model, batches, lambda net, batch: loss_fn(net(*batch[0]).float(), batch[1]), validate,
                    epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, patience=cfg.patience,
                    device=device, desc=f"finetune molecule member (seed {seed})",
-                   lr_schedule=lambda epoch: lr_factor(epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio))
+                   lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs,
+                                                       cfg.final_lr_ratio),
+                   max_grad_norm=cfg.max_grad_norm)
     return model.cpu(), result

@@ -23,6 +23,7 @@ from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
 from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
+from models.schedules import lr_factor
 from models.training import TrainResult, train
 
 MASK_SPAN = 4
@@ -183,5 +184,7 @@ def finetune_member(
         model, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
         checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
+        lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio),
+        max_grad_norm=cfg.max_grad_norm,
     )
     return model.cpu(), result

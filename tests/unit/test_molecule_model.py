@@ -13,7 +13,7 @@ from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig
 from models.molecule.network import MoleculePretrainer, info_nce
-from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, lr_factor, model_arrays,
+from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, model_arrays,
                                       tensors)
 from models.device import autocast
 from models.training import train
@@ -182,14 +182,6 @@ def test_losses_from_params():
     assert torch.isclose(loss_function("regression", cfg)(torch.tensor([3.0]), torch.tensor([0.0])),
                          torch.tensor(0.5 * (3.0 - 0.25)))
     assert torch.isclose(loss_function("classification", cfg)(logits, y), focal_loss(logits, y, 2.0))
-
-
-def test_lr_schedule_warms_up_then_decays_to_the_final_ratio():
-    factors = [lr_factor(e, 10, 2, 0.1) for e in range(10)]
-    assert factors[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])
-    assert factors[-1] == pytest.approx(0.1)
-    assert all(a > b for a, b in zip(factors[2:], factors[3:]))  # monotone decay after warm-up
-    assert [lr_factor(e, 10, 0, 1.0) for e in range(10)] == [1.0] * 10  # the defaults: constant lr
 
 
 def test_train_applies_the_lr_schedule_per_epoch(monkeypatch):
