@@ -93,7 +93,8 @@ def test_every_answer_has_its_own_id_and_its_row_in_the_store(client, store_url,
     assert logged["input_summary"] == {"canonical_smiles": "CCO", "nearest_similarity": 1.0, "in_domain": True,
                                        "descriptors_out_of_range": 0.0}
     assert logged["input_digest"] == hashlib.sha256(b"OCC").hexdigest()
-    assert logged["output"] == {"value": ethanol["value"], "uncertainty": ethanol["uncertainty"]}
+    assert ethanol["modality"] == "fused"  # which views answered is part of the output
+    assert logged["output"] == {"value": ethanol["value"], "uncertainty": ethanol["uncertainty"], "modality": "fused"}
     assert (logged["unit"], logged["time"]) == (None, None)
 
 
