@@ -73,7 +73,7 @@ def test_drifted_windows_raise_the_psi_of_the_shifted_channel_only(store, tmp_pa
     with monitored_app(store, tmp_path, monitor_drift_window=200) as client:
         wait_ready(client)
         send_windows(client, sensor_windows(200, seed=5))
-        steady = monitoring_when(client, lambda b: b["families"]["sensor"].get("input_drift", {}).get("windows") == 200)
+        steady = monitoring_when(client, lambda b: b["families"].get("sensor", {}).get("input_drift", {}).get("windows") == 200)
         sensor = steady["families"]["sensor"]
         assert sensor["model"] == {"name": SENSOR_NAME, "version": "2", "alias": "champion"} and sensor["reference"]
         drift = {row["channel"]: row for row in sensor["input_drift"]["channels"]}
@@ -107,7 +107,7 @@ def test_each_molecule_answer_carries_its_applicability_domain(store, tmp_path):
         assert foreign["nearest_similarity"] < 0.3 and foreign["in_domain"] is False
         assert foreign["descriptors_out_of_range"] > 0
         assert "in_domain" not in broken and broken["error"]
-        body = monitoring_when(client, lambda b: b["families"]["molecule"].get("domain", {}).get("molecules") == 2)
+        body = monitoring_when(client, lambda b: b["families"].get("molecule", {}).get("domain", {}).get("molecules") == 2)
         domain = body["families"]["molecule"]["domain"]
         assert domain["out_of_domain"] == 0.5 and domain["min_similarity"] == 0.3 and not domain["alarm"]
         assert 'serving_out_of_domain_share{family="molecule"} 0.5' in client.get("/metrics").text
