@@ -129,7 +129,7 @@ def test_feedback_outcomes_show_up_in_the_outcome_figures(store, tmp_path):
         labels = [1.0, 0.0] * 4
         items += [{"prediction_id": w["prediction_id"], "observed": y} for w, y in zip(windows, labels)]
         assert client.post("/v1/feedback", json={"outcomes": items}).json()["accepted"] == 12
-        body = monitoring_when(client, lambda b: all(b["families"][f].get("outcomes", {}).get("outcomes") for f in
+        body = monitoring_when(client, lambda b: all(b["families"].get(f, {}).get("outcomes", {}).get("outcomes") for f in
                                                      ("sensor", "molecule")))
         molecule, sensor = body["families"]["molecule"]["outcomes"], body["families"]["sensor"]["outcomes"]
         assert molecule["outcomes"] == 4 and molecule["metrics"] == {"rmse": pytest.approx(1.0)}
