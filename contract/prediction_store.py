@@ -68,6 +68,9 @@ predictions = Table(
 )
 ADDED_COLUMNS = ("latency_ms", "failed")  # nullable columns added after the first release: added to older stores
 
+_SQLITE_INSERT = (f"INSERT INTO predictions ({', '.join(c.name for c in predictions.columns)}) "
+                  f"VALUES ({', '.join('?' for _ in predictions.columns)})")
+
 outcomes = Table(
     "outcomes", metadata,
     Column("prediction_id", String(32), primary_key=True),
@@ -163,10 +166,22 @@ def task_of(family: str, output: Mapping) -> str:
 
 
 def insert_predictions(engine: Engine, rows: Sequence[Mapping]) -> None:
-    """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction."""
-    if rows:
-        with engine.begin() as connection:
+    """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction.
+
+    On SQLite each row goes to the driver as a tuple of what the column types' own bind processors make of its
+    values, the same values SQLAlchemy's insert would send without its per-row parameter handling (about half of
+    the prediction log writer's time per row). PostgreSQL keeps SQLAlchemy's batched insert."""
+    if not rows:
+        return
+    with engine.begin() as connection:
+        if engine.dialect.name != "sqlite":
             connection.execute(predictions.insert(), list(rows))
+            return
+        dialect = engine.dialect
+        processors = [(c.name, c.type.dialect_impl(dialect).bind_processor(dialect)) for c in predictions.columns]
+        values = [tuple(value if process is None or value is None else process(value)
+                        for name, process in processors for value in (row.get(name),)) for row in rows]
+        connection.exec_driver_sql(_SQLITE_INSERT, values)
 
 
 def find_predictions(engine: Engine, ids: Iterable[str]) -> dict[str, dict]:

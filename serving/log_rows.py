@@ -15,7 +15,7 @@ import numpy as np
 
 from contract.prediction_store import DOMAIN_FIELDS, window_summaries
 
-NOT_LOGGED = ("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS)  # answer fields not the model's output
+NOT_LOGGED = frozenset(("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS))  # answer fields not the model's output
 
 
 @dataclass(slots=True)
@@ -74,10 +74,11 @@ class WindowsRecord:
 
     def rows(self, summaries: Sequence[dict]) -> list[dict]:
         """The rows, given each window's summary."""
-        return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.astype("<f4").tobytes()).hexdigest(),
-                                  summary, answer, None if self.units is None else self.units[i],
+        windows = self.windows.astype("<f4", copy=False)
+        return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.tobytes()).hexdigest(), summary,
+                                  answer, None if self.units is None else self.units[i],
                                   None if self.times is None else self.times[i])
-                for i, (window, summary, answer) in enumerate(zip(self.windows, summaries, self.answers))]
+                for i, (window, summary, answer) in enumerate(zip(windows, summaries, self.answers))]
 
 
 @dataclass(slots=True)

@@ -1,5 +1,6 @@
-"""The prediction store's schema migration (contract/prediction_store.py): a store made before the rollout
-columns gets them, keeps its rows, and takes the new rows; the rollout reader pairs shadow rows with outcomes."""
+"""The prediction store (contract/prediction_store.py): SQLite rows go to the driver exactly as SQLAlchemy's insert
+would write them; a store made before the rollout columns gets them, keeps its rows, and takes the new rows; the
+rollout reader pairs shadow rows with outcomes."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import sqlite3
 
 from sqlalchemy import inspect
 
-from contract.prediction_store import ADDED_COLUMNS, connect, insert_predictions, read_predictions, read_rollout, \
-    record_outcomes
+from contract.prediction_store import ADDED_COLUMNS, connect, insert_predictions, predictions, read_predictions, \
+    read_rollout, record_outcomes
 
 OLD_SCHEMA = """CREATE TABLE predictions (id VARCHAR(32) PRIMARY KEY, created_at DATETIME NOT NULL,
 family VARCHAR(16) NOT NULL, model_name VARCHAR(256) NOT NULL, model_version VARCHAR(32) NOT NULL,
@@ -22,6 +23,21 @@ def row(key: str, role: str, version: str, request: str, digest: str, **extra) -
     return {"id": key, "created_at": NOW, "family": "sensor", "model_name": "m", "model_version": version,
             "role": role, "request_id": request, "input_digest": digest, "input_summary": {},
             "output": {"failure_probability": 0.5}, **extra}
+
+
+def test_sqlite_rows_are_stored_as_sqlalchemys_insert_stores_them(tmp_path):
+    rows = [row("a", "champion", "1", "r", "d", unit="pump-1", time=104.5, latency_ms=4.5, failed=True,
+                input_summary={"channels": ["t"], "mean": [None], "missing": [1.0]}),
+            {**row("b", "shadow", "2", "r", "e", unit=None, time=None, latency_ms=None, failed=None),
+             "created_at": NOW + datetime.timedelta(microseconds=7)}]
+    ours, core = connect(f"sqlite:///{tmp_path / 'ours.db'}"), connect(f"sqlite:///{tmp_path / 'core.db'}")
+    insert_predictions(ours, rows)
+    with core.begin() as connection:
+        connection.execute(predictions.insert(), rows)
+    stored = [sqlite3.connect(tmp_path / name).execute("SELECT * FROM predictions ORDER BY id").fetchall()
+              for name in ("ours.db", "core.db")]
+    assert stored[0] == stored[1] and len(stored[0]) == 2
+    assert [r["id"] for r in read_predictions(ours, since=NOW + datetime.timedelta(microseconds=1))] == ["b"]
 
 
 def test_a_store_made_before_the_rollout_columns_gets_them_and_keeps_its_rows(tmp_path):
