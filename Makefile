@@ -13,20 +13,28 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast serve ui rollback sweep install report metrics
+.PHONY: run test test-fast serve ui rollback sweep install report metrics constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# torch first and pinned (the CPU build); then the project; then check nothing replaced torch.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# torch first and pinned (the CPU build); then the project at the versions of constraints.txt; then check nothing
+# replaced torch.
+$(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[pipeline,serve,test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[pipeline,serve,test]'
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), f'torch was changed to {torch.__version__}'"
 	touch $@
 
 install: $(VENV)/.installed
+
+# constraints.txt anew from what pyproject.toml resolves to today (then rerun `make run` and commit dvc.lock with it)
+constraints:
+	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
+	.venv-constraints/bin/pip install --quiet torch==2.13.0 && .venv-constraints/bin/pip install --quiet '.[pipeline,serve,test]'
+	{ sed -n '1,3p' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable | grep -v -e '^torch==' -e '^failsafe-ml'; } > constraints.new
+	mv constraints.new constraints.txt && rm -rf .venv-constraints
 
 run: install
 	$(BIN)/python -m flows.pipeline run

@@ -41,7 +41,8 @@ def lean_python(tmp_path_factory) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True)
     python = root / "venv" / "bin" / "python"
     install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              f"{source}[serve]"], capture_output=True, text=True, timeout=1200)
+                              "-c", str(PROJECT / "constraints.txt"), f"{source}[serve]"], capture_output=True, text=True,
+                             timeout=1200)
     assert install.returncode == 0, install.stderr[-3000:]
     return python
 
