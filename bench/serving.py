@@ -6,8 +6,8 @@ the in-process ONNX Runtime throughput of the same model, and the service's memo
     .venv/bin/python bench/serving.py --only sensor-1x1,sensor-32x1 --soak-seconds 300
 
 The service runs as `python -m serving` in its own process; this process is the load generator (keep-alive
-HTTP/1.1 connections on asyncio streams, one per client). Results go to bench/results/serving.json, and the
-tables of bench/results/serving.md are generated from it. Clients and service share the machine, so on a
+HTTP/1.1 connections on asyncio streams, one per client). Results go to bench/results/serving.json (or
+`--name`.json), and the tables of the .md beside it are generated from it. Clients and service share the machine, so on a
 small machine the figures are a lower bound; the load average is recorded before and after each row.
 """
 
@@ -319,6 +319,7 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated row names (default: all; `floor` for the floor rows)")
     parser.add_argument("--soak-seconds", type=float, default=0, help="RSS soak at 32 clients (0: none)")
     parser.add_argument("--smiles", type=Path, default=ESOL, help="CSV with a `smiles` column: drug-like molecules")
+    parser.add_argument("--name", default="serving", help="results file name in bench/results, without extension")
     args = parser.parse_args()
     api_key = os.environ.get("SERVING_API_KEY")
     headers = f"Authorization: Bearer {api_key}\r\n".encode() if api_key else b""
@@ -384,8 +385,8 @@ def main() -> None:
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "service_env": service_env, "rows": rows, "soak": soaked, "notes": notes}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serving.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "serving.md").write_text(markdown(report))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(report))
     print(markdown(report))
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
 import json
 import math
 import os
@@ -316,3 +317,22 @@ def test_start_up_loads_the_models_before_the_first_request(registry):
     with TestClient(create_app(ServingSettings(**LIMITS), store=fresh)) as client:
         first = client.get("/ready")
     assert first.status_code == 200 and first.json()["models"] == {"sensor": "2", "molecule": "1"}
+
+
+def test_what_start_up_loaded_is_kept_out_of_the_collectors_walks_until_shutdown(registry):
+    """Full collections under load walked the libraries and models, every two seconds, holding every waiting request:
+    the service freezes what it holds once started (and what each new version adds), and unfreezes at shutdown."""
+    fresh = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+                       registry.verify_key, prefer_cuda=False)
+    gc.unfreeze()
+    with TestClient(create_app(ServingSettings(**LIMITS), store=fresh)) as client:
+        wait_ready(client)
+        sensor_model = fresh.get("sensor")
+        assert gc.get_freeze_count() > 0 and _frozen(sensor_model)
+        assert client.post("/v1/sensor/predict", json={"windows": [_window()]}).status_code == 200
+    assert gc.get_freeze_count() == 0
+
+
+def _frozen(thing) -> bool:
+    """`thing` is in the permanent generation (no collection of generations 0-2 ever lists it)."""
+    return gc.is_tracked(thing) and all(id(thing) not in map(id, gc.get_objects(generation)) for generation in range(3))
