@@ -230,12 +230,14 @@ def devices_section(result: dict) -> list[str]:
                      tablefmt="github", disable_numparse=True), ""]
 
 
-def others_section(results: Path, names: list[str]) -> list[str]:
-    """A line per other JSON file, linking the table its script writes beside it."""
+def others_section(results: Path, found: dict[str, dict]) -> list[str]:
+    """A line per other JSON file, naming the script that wrote it (its `script`, else bench/<name>.py) and
+    linking the table it writes beside it."""
     lines = ["## Other benchmarks", ""]
-    for name in names:
+    for name, report in sorted(found.items()):
         table_link = f": [{name}.md](../bench/results/{name}.md)" if (results / f"{name}.md").exists() else ""
-        lines.append(f"- `bench/results/{name}.json` (`bench/{name}.py`){table_link}")
+        script = report.get("script", f"bench/{name}.py") if isinstance(report, dict) else f"bench/{name}.py"
+        lines.append(f"- `bench/results/{name}.json` (`{script}`){table_link}")
     return [*lines, ""]
 
 
@@ -257,7 +259,7 @@ def write_report(results: Path, docs: Path) -> Path:
     if "training_devices" in found:
         lines += devices_section(found.pop("training_devices"))
     if found:
-        lines += others_section(results, sorted(found))
+        lines += others_section(results, found)
     out = docs / "results.md"
     out.write_text("\n".join(lines).rstrip() + "\n")
     return out

@@ -381,7 +381,8 @@ def main() -> None:
         "the mixed row's small requests draw from the same cached set; the large request is 256 distinct 500-character SMILES of 196 heavy "
         "atoms, new every time (never cached)",
     ]
-    report = {"when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "models": models_label,
+    report = {"script": "bench/serving.py", "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds,
+              "models": models_label,
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "service_env": service_env, "rows": rows, "soak": soaked, "notes": notes}
     RESULTS.mkdir(parents=True, exist_ok=True)

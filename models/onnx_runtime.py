@@ -15,12 +15,15 @@ import onnxruntime as ort
 # providers of the live session instead of trusting get_available_providers().
 _ERRORS, _FATAL_ONLY = 3, 4
 _intra_op_threads = 0  # ONNX Runtime's default: one per physical core
+_intra_op_spinning = True  # ONNX Runtime's default: idle intra-op threads spin a while before they sleep
 
 
-def set_intra_op_threads(threads: int) -> None:
-    """Threads each session created from now on uses within one operator (0: ONNX Runtime's default)."""
-    global _intra_op_threads
-    _intra_op_threads = threads
+def set_intra_op_threads(threads: int, spinning: bool = True) -> None:
+    """Threads each session created from now on uses within one operator (0: ONNX Runtime's default), and whether
+    they spin, waiting for the next operator, instead of sleeping (the CPU time they burn so is lost to whatever
+    else runs on those cores)."""
+    global _intra_op_threads, _intra_op_spinning
+    _intra_op_threads, _intra_op_spinning = threads, spinning
 
 
 @functools.cache
@@ -36,6 +39,7 @@ def load_session(path: str | Path, prefer_cuda: bool = True) -> tuple[ort.Infere
     options = ort.SessionOptions()
     options.log_severity_level = _ERRORS
     options.intra_op_num_threads = _intra_op_threads
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if _intra_op_spinning else "0")
     providers = ["CPUExecutionProvider"]
     if prefer_cuda and "CUDAExecutionProvider" in ort.get_available_providers():
         _preload_cuda_libraries()

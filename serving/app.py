@@ -107,7 +107,7 @@ def build_store(settings: ServingSettings) -> ModelStore:
 
 def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
     settings = settings or ServingSettings()
-    set_intra_op_threads(settings.intra_op_threads)
+    set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
     store = store or build_store(settings)
     metrics = ServiceMetrics()
     predictions = Predictions(store, settings, metrics)

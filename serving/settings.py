@@ -63,6 +63,8 @@ class ServingSettings(BaseSettings):
                                               "2 beat 1 on two cores)")
     intra_op_threads: int | None = Field(None, ge=0, description="ONNX Runtime threads per model call (default: the "
                                          "CPU count divided by `workers`; 0: ONNX Runtime's own, one per core)")
+    intra_op_spinning: bool = Field(False, description="ONNX Runtime's idle threads spin for the next operator "
+                                    "instead of sleeping (off: their spinning took the CPU the event loop needs)")
     shutdown_timeout_s: float = Field(3.0, gt=0, description="on SIGTERM/SIGINT, how long in-flight requests may finish")
     poll_seconds: float = Field(30.0, gt=0, description="how often the registry alias is checked for a new version")
     prediction_log: bool = Field(True, description="give each answer a prediction_id, write it to the prediction "

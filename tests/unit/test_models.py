@@ -1,5 +1,7 @@
 """Sensor torch modules: shapes, causality, masking, the ability to fit, and ONNX parity on unseen sizes."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -113,8 +115,8 @@ def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):
         quantize_sensor_model(source, tmp_path / "none.onnx", calibration[:0])
 
 
-def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(tmp_path, capfd):
-    """prefer_cuda: CUDA where its libraries load (the `gpu` extra), else the CPU, without the loader's messages."""
+def relu_model(folder: Path) -> Path:
+    """A one-operator ONNX model (y = relu(x), x of shape (n,)) saved in `folder`."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -123,8 +125,13 @@ def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     model.ir_version = 9
-    path = tmp_path / "relu.onnx"
-    onnx.save(model, path)
+    onnx.save(model, folder / "relu.onnx")
+    return folder / "relu.onnx"
+
+
+def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(tmp_path, capfd):
+    """prefer_cuda: CUDA where its libraries load (the `gpu` extra), else the CPU, without the loader's messages."""
+    path = relu_model(tmp_path)
     session, provider = load_session(path, prefer_cuda=True)
     assert provider == session.get_providers()[0]
     assert provider in ("CUDAExecutionProvider", "CPUExecutionProvider")
@@ -132,3 +139,18 @@ def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(
     if provider == "CPUExecutionProvider":
         assert "Failed to load" not in capfd.readouterr().out
     assert load_session(path, prefer_cuda=False)[1] == "CPUExecutionProvider"
+
+
+def test_sessions_take_the_thread_count_and_spinning_set_for_them(tmp_path):
+    """The service sets its intra-op threads and turns their spinning off (it burnt the event loop's CPU)."""
+    from models.onnx_runtime import set_intra_op_threads
+
+    path = relu_model(tmp_path)
+    try:
+        for threads, spinning, entry in [(2, False, "0"), (1, True, "1")]:
+            set_intra_op_threads(threads, spinning)
+            options = load_session(path, prefer_cuda=False)[0].get_session_options()
+            assert options.intra_op_num_threads == threads
+            assert options.get_session_config_entry("session.intra_op.allow_spinning") == entry
+    finally:
+        set_intra_op_threads(0)
