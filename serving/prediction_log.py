@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,38 +36,14 @@ class PredictionStoreError(RuntimeError):
     """SERVING_PREDICTION_STORE is not a database URL this service can use."""
 
 
-class _RandomIds:
-    """Random ids of 32 hex characters (128 bits of os.urandom each), drawn from a buffer refilled REFILL_IDS at a
-    time: a system call per request cost 6 % of the service's CPU at 32 sensor clients (it is slow in a virtual
-    machine); a forked child starts with an empty buffer."""
-
-    REFILL_IDS = 256
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._ids: list[str] = []
-        os.register_at_fork(after_in_child=self._ids.clear)
-
-    def take(self, count: int) -> list[str]:
-        with self._lock:
-            if len(self._ids) < count:
-                random = os.urandom(16 * max(count, self.REFILL_IDS)).hex()
-                self._ids.extend(random[i:i + 32] for i in range(0, len(random), 32))
-            taken = self._ids[-count:] if count else []
-            del self._ids[len(self._ids) - len(taken):]
-        return taken
-
-
-_random_ids = _RandomIds()
-
-
 def _new_ids(count: int) -> list[str]:
     """`count` random ids of 32 hex characters (128 random bits each; uuid4 costs five times more per id)."""
-    return _random_ids.take(count)
+    random = os.urandom(16 * count).hex()
+    return [random[32 * i:32 * (i + 1)] for i in range(count)]
 
 
 def new_request_id() -> str:
-    return _random_ids.take(1)[0]
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import hashlib
 import logging
-import os
 import sqlite3
 import threading
 import time
@@ -19,7 +18,6 @@ from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.log_rows import Answered, MoleculesRecord, WindowsRecord
 from serving.log_rows import rows_of as rows_of_records
-from serving.prediction_log import _new_ids, new_request_id
 
 
 def prediction(key: str, age_days: float = 0.0, unit: str | None = None, time_: float | None = None) -> dict:
@@ -56,20 +54,6 @@ def test_a_relative_sqlite_store_lies_beside_the_params_file(tmp_path, monkeypat
     assert resolve_url(tmp_path, "sqlite:///logs/p.db") == f"sqlite:///{tmp_path / 'logs' / 'p.db'}"
     monkeypatch.setenv("SERVING_PREDICTION_STORE", "postgresql://db.example/predictions")
     assert resolve_url(tmp_path) == "postgresql://db.example/predictions"
-
-
-def test_ids_are_distinct_hex_of_128_bits_also_across_a_refill_and_in_a_forked_child():
-    ids = _new_ids(3) + _new_ids(300) + [new_request_id() for _ in range(600)] + _new_ids(0)
-    assert len(ids) == 903 == len(set(ids)) and all(len(key) == 32 and int(key, 16) >= 0 for key in ids)
-    reader, writer = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child's next ids must not be the parent's buffered ones
-        os.write(writer, "".join(_new_ids(50)).encode())
-        os._exit(0)
-    os.waitpid(child, 0)
-    theirs = os.read(reader, 50 * 32 + 1).decode()
-    os.close(reader), os.close(writer)
-    assert set(theirs[i:i + 32] for i in range(0, len(theirs), 32)).isdisjoint(_new_ids(50))
 
 
 def test_window_summaries_per_channel_with_missing_readings():
