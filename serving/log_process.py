@@ -84,7 +84,8 @@ def write_forever(connection: Connection, config: Config) -> None:
                 message = connection.recv_bytes()
                 if not message:
                     break
-                connection.send(writer.write(pickle.loads(message)))  # our own service's records, over our socket
+                # our own service's records (a list of each one pickled), over our socket
+                connection.send(writer.write([pickle.loads(record) for record in pickle.loads(message)]))
             if writer.tables_ready and time.monotonic() >= next_prune:
                 connection.send(writer.prune())
                 next_prune = time.monotonic() + config.prune_every_s

@@ -1,11 +1,12 @@
-"""The prediction store's writer, service side: a bounded queue that never blocks the caller, a sender thread that
-pickles batches of records into a socket, and a writer process (serving.log_process) that builds the rows,
-inserts them and prunes the store now and then.
+"""The prediction store's writer, service side: a bounded queue of records, each pickled as it comes, that never
+blocks the caller, a sender thread that sends them in batches into a socket, and a writer process
+(serving.log_process) that builds the rows, inserts them and prunes the store now and then.
 
 The rows are built and written in their own process, not in a thread of the service: Python runs one thread at a
 time, and a writer thread turning rows into SQL held the event loop back far beyond its share of the CPU (at 32
 clients it multiplied the service's p99 latency by 13, docs/serving.md). A record pickles as a few bytes per
-window (serving.log_rows); a receiver thread turns the writer's acknowledgements into metrics and log lines.
+window (serving.log_rows), and pickled it holds no objects for the garbage collector to walk while it waits; a
+receiver thread turns the writer's acknowledgements into metrics and log lines.
 
 A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes),
 so one transaction carries many predictions. A full queue drops the new rows; a store that cannot be written
@@ -67,7 +68,7 @@ class StoreWriter:
         self._config = Config(engine.url.render_as_string(hide_password=False),
                               f"{build_rows.__module__}:{build_rows.__qualname__}", retention_days, max_rows,
                               prune_every_s)
-        self._queue: deque[Record] = deque()
+        self._queue: deque[tuple[bytes, int]] = deque()  # (pickled record, its rows)
         self._queued_rows = 0  # in the queue and in the writer process
         self._waiting_rows = 0  # in the queue
         self._first_queued_at = 0.0  # when the oldest record in the queue came
@@ -85,7 +86,10 @@ class StoreWriter:
         metrics.log_queue_rows.set_function(lambda: self._queued_rows)
 
     def submit(self, record: Record) -> bool:
-        """Queue `record`; False (its rows dropped and counted) when the queue is full or closing."""
+        """Queue `record`, pickled at once; False (its rows dropped and counted) when the queue is full or closing.
+        Pickled, a queued record holds no objects: records waiting for their batch used to survive into the garbage
+        collector's oldest generation and made its full collections more frequent."""
+        queued = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL), len(record)
         with self._condition:
             refused = "shutdown" if self._closing else "queue_full" if (
                 self._queued_rows + len(record) > self.capacity_rows) else None
@@ -93,9 +97,9 @@ class StoreWriter:
                 if not self._queue:
                     self._first_queued_at = time.monotonic()
                     self._condition.notify_all()
-                self._queue.append(record)
-                self._queued_rows += len(record)
-                self._waiting_rows += len(record)
+                self._queue.append(queued)
+                self._queued_rows += queued[1]
+                self._waiting_rows += queued[1]
                 self._accepted += 1
                 if self._waiting_rows >= BATCH_ROWS:
                     self._condition.notify_all()
@@ -169,9 +173,10 @@ class StoreWriter:
                 while (wait_s := self._wait_s()) is None or wait_s > 0:
                     self._condition.wait(timeout=wait_s)
                 batch, rows = [], 0
-                while self._queue and (not batch or rows + len(self._queue[0]) <= BATCH_ROWS):
-                    batch.append(self._queue.popleft())
-                    rows += len(batch[-1])
+                while self._queue and (not batch or rows + self._queue[0][1] <= BATCH_ROWS):
+                    payload, count = self._queue.popleft()
+                    batch.append(payload)
+                    rows += count
                 self._waiting_rows -= rows
                 self._first_queued_at = time.monotonic()
                 self._hurry = self._hurry and bool(self._queue)
@@ -187,8 +192,8 @@ class StoreWriter:
                 self._connection_send(b"")  # the writer finishes what it holds and ends
                 return
 
-    def _send_batch(self, batch: list[Record], rows: int) -> None:
-        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+    def _send_batch(self, batch: list[bytes], rows: int) -> None:
+        payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)  # a list of pickled records
         with self._condition:
             held = self._in_flight.get(self._generation)
             if held is not None:

@@ -18,6 +18,7 @@ from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.log_rows import Answered, MoleculesRecord, WindowsRecord
 from serving.log_rows import rows_of as rows_of_records
+from serving.prediction_log import _new_ids, new_request_id
 
 
 def prediction(key: str, age_days: float = 0.0, unit: str | None = None, time_: float | None = None) -> dict:
@@ -54,6 +55,16 @@ def test_a_relative_sqlite_store_lies_beside_the_params_file(tmp_path, monkeypat
     assert resolve_url(tmp_path, "sqlite:///logs/p.db") == f"sqlite:///{tmp_path / 'logs' / 'p.db'}"
     monkeypatch.setenv("SERVING_PREDICTION_STORE", "postgresql://db.example/predictions")
     assert resolve_url(tmp_path) == "postgresql://db.example/predictions"
+
+
+def test_ids_are_distinct_hex_and_sort_in_the_order_they_were_made():
+    """Time-ordered ids keep the store's indexes growing at their end."""
+    first = _new_ids(200)
+    time.sleep(0.002)
+    later = [new_request_id() for _ in range(200)]
+    assert len(set(first + later)) == 400 and all(len(key) == 32 and int(key, 16) >= 0 for key in first + later)
+    assert max(first) < min(later)
+    assert _new_ids(0) == []
 
 
 def test_window_summaries_per_channel_with_missing_readings():
