@@ -34,7 +34,8 @@ def run_stoppable() -> None:
     child's status.
 
     On SIGTERM or SIGINT this process exits within STOP_GRACE_S with status 128 + signal number and one line on
-    stderr; the child's process group (Prefect's and Dask's helper processes too) is gone by then.
+    stderr; the child's process group (Prefect's and Dask's helper processes too) is gone by then. When the child
+    ends on its own, what is left of its group is sent SIGTERM.
     """
     child = None
 
@@ -61,6 +62,9 @@ def run_stoppable() -> None:
     except (PermissionError, ProcessLookupError):
         pass
     _, status = os.waitpid(child, 0)
+    # what the stage left in its group ends with it: Prefect's temporary API server (its exit handler never runs,
+    # end_child skips them) went on running after every stage run outside a pipeline run, e.g. by `dvc repro`
+    _signal_group(child, signal.SIGTERM)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
 

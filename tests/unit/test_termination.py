@@ -1,7 +1,9 @@
-"""flows/termination.py: a stage stops on SIGTERM even while RDKit holds the GIL, and keeps its exit status."""
+"""flows/termination.py: a stage stops on SIGTERM even while RDKit holds the GIL, keeps its exit status, and takes
+the helper processes it leaves behind with it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -48,3 +50,24 @@ def test_the_stage_exit_status_and_output_pass_through():
     process = _start("from flows.termination import run_stoppable; run_stoppable(); print('done'); raise SystemExit(2)")
     out, _ = process.communicate(timeout=BOUND_S)
     assert (process.returncode, out) == (2, "done\n")
+
+
+def test_a_helper_the_stage_leaves_running_ends_with_it():
+    """As Prefect's temporary API server, whose exit handler the stage's os._exit skips."""
+    process = _start("import subprocess, sys; from flows.termination import end_child, run_stoppable; run_stoppable(); "
+                     "helper = subprocess.Popen(['sleep', '60']); print(helper.pid, flush=True); end_child(0)")
+    out, _ = process.communicate(timeout=BOUND_S)
+    helper = int(out)
+    deadline = time.monotonic() + BOUND_S
+    while _alive(helper) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert process.returncode == 0 and not _alive(helper)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie waiting for its parent to be reaped counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
