@@ -13,7 +13,7 @@ throughput, and the CPU time the service (with its featurisation workers) spends
 any HTTP load, the CPU time the log itself spends per prediction (request path, sender thread and writer process)
 is measured from this process, the figure a busy machine disturbs least.
 Sensor requests carry `units` and `times` as a fleet would send them. Results: bench/results/logging_overhead.json
-and .md, with the rows the logged service wrote and dropped.
+(or `--name`.json) and the .md beside it, with the rows the logged service wrote and dropped.
 """
 
 from __future__ import annotations
@@ -163,7 +163,8 @@ def stored_rows(store: str) -> dict[str, int]:
 
 def markdown(report: dict) -> str:
     lines = [f"# Prediction log overhead ({report['when']})", "",
-             f"{report['machine']}; {report['clients']} clients, one item per request, {report['seconds']} s per run, "
+             f"{report['machine']}; models: {report.get('models', 'not recorded')}; {report['clients']} clients, "
+             f"one item per request, {report['seconds']} s per run, "
              f"{report['rounds']} rounds rotating log off/on/shadow; store: {report['store']}; loopback.", "",
              "| model | version | req/s log off | req/s log on | throughput cost | req/s shadow | shadow cost | "
              "service CPU ms/request off | on | shadow | CPU cost on | shadow | p99 ms off | on | shadow | "
@@ -195,6 +196,10 @@ def main() -> None:
                         help="predictions logged in the in-process CPU measurement, per family")
     parser.add_argument("--store", help="SQLAlchemy URL of the store the logged service writes "
                                         "(default: a SQLite file in a temp folder)")
+    parser.add_argument("--models", help="what the registry holds, for the results (default: the project's "
+                                         "champions, or the registry of MLFLOW_TRACKING_URI)")
+    parser.add_argument("--name", default="logging_overhead", help="results file name in bench/results, without "
+                                                                   "extension")
     args = parser.parse_args()
     headers = {"Authorization": f"Bearer {os.environ['SERVING_API_KEY']}"} if os.environ.get("SERVING_API_KEY") else {}
     scratch = tempfile.mkdtemp(prefix="logging-overhead-")  # the stores written here, removed at the end
@@ -250,14 +255,16 @@ def main() -> None:
                         **{f"{mode}_p99_ms": median["p99_ms"][mode] for mode in MODES},
                         **{f"{mode}_runs": ", ".join(str(r["throughput_rps"]) for r in mine[mode]) for mode in MODES}})
     shown_store = "SQLite in a temp folder" if args.store is None else store.split("://")[0]  # no credentials
-    report = {"when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rounds": args.rounds,
+    models = args.models or ("the registry of MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI")
+                             else "the project's champions")
+    report = {"script": "bench/logging_overhead.py", "models": models, "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rounds": args.rounds,
               "clients": args.clients, "store": shown_store,
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "summary": summary, "stored_rows": counts, "runs": runs,
               "notes": notes + ["target: logging and shadow mode each cost at most 10 % of throughput (vs log off)"]}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "logging_overhead.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "logging_overhead.md").write_text(markdown(report))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(markdown(report))
     print(markdown(report))
 
 
