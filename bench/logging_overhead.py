@@ -257,7 +257,8 @@ def main() -> None:
     shown_store = "SQLite in a temp folder" if args.store is None else store.split("://")[0]  # no credentials
     models = args.models or ("the registry of MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI")
                              else "the project's champions")
-    report = {"script": "bench/logging_overhead.py", "models": models, "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds, "rounds": args.rounds,
+    report = {"script": "bench/logging_overhead.py", "models": models, "when": time.strftime("%Y-%m-%d %H:%M"),
+              "seconds": args.seconds, "rounds": args.rounds,
               "clients": args.clients, "store": shown_store,
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
               "summary": summary, "stored_rows": counts, "runs": runs,

@@ -236,8 +236,7 @@ def others_section(results: Path, found: dict[str, dict]) -> list[str]:
     lines = ["## Other benchmarks", ""]
     for name, report in sorted(found.items()):
         table_link = f": [{name}.md](../bench/results/{name}.md)" if (results / f"{name}.md").exists() else ""
-        script = report.get("script", f"bench/{name}.py") if isinstance(report, dict) else f"bench/{name}.py"
-        lines.append(f"- `bench/results/{name}.json` (`{script}`){table_link}")
+        lines.append(f"- `bench/results/{name}.json` (`{report.get('script', f'bench/{name}.py')}`){table_link}")
     return [*lines, ""]
 
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from contract.prediction_store import DOMAIN_FIELDS, window_summaries
 
-NOT_LOGGED = frozenset(("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS))  # answer fields not the model's output
+NOT_LOGGED = frozenset(("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS))  # answer fields, not output
+RECORD_GLOBALS = ("_answered", "_windows", "MoleculesRecord")  # the names a pickled record refers to (log_process)
 
 
 @dataclass(slots=True)

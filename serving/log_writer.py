@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.engine import Engine
 
 from contract.prediction_store import create_tables
-from serving.log_process import Ack, Config
+from serving.log_process import Ack, Config, decode, encode
 
 if TYPE_CHECKING:
     from serving.metrics import ServiceMetrics
@@ -43,11 +43,12 @@ log = logging.getLogger("serving")
 BATCH_ROWS = 500  # rows per INSERT transaction at most
 LINGER_S = 0.5  # how long the first queued row waits for others to share its transaction
 RESTART_PAUSE_S = 1.0  # a writer process that ended is started again after this pause at the earliest
-WRITER_COMMAND = "from serving.log_process import main; main()"
+WRITER_COMMAND = "from serving.log_process import main; main()"  # + the socket's descriptor and the row builder
 
 
 class Record(Protocol):
-    """One answered request, whose rows are built in the writer process; its length is its number of rows."""
+    """One answered request, whose rows are built in the writer process; its length is its number of rows. It
+    pickles referring to no names but those its row builder's module lists in RECORD_GLOBALS."""
 
     def __len__(self) -> int: ...
 
@@ -65,9 +66,9 @@ class StoreWriter:
     def __init__(self, engine: Engine, build_rows: RowBuilder, *, capacity_rows: int, retention_days: float,
                  max_rows: int, prune_every_s: float, metrics: ServiceMetrics):
         self.engine, self.capacity_rows, self.metrics = engine, capacity_rows, metrics
-        self._config = Config(engine.url.render_as_string(hide_password=False),
-                              f"{build_rows.__module__}:{build_rows.__qualname__}", retention_days, max_rows,
+        self._config = Config(engine.url.render_as_string(hide_password=False), retention_days, max_rows,
                               prune_every_s)
+        self._build_rows = f"{build_rows.__module__}:{build_rows.__qualname__}"
         self._queue: deque[tuple[bytes, int]] = deque()  # (pickled record, its rows)
         self._queued_rows = 0  # in the queue and in the writer process
         self._waiting_rows = 0  # in the queue
@@ -153,7 +154,7 @@ class StoreWriter:
     def _start_writer(self) -> None:
         """A writer process on a new socket, told its configuration, and the thread that reads its answers."""
         ours, theirs = socket.socketpair()
-        self._process = subprocess.Popen([sys.executable, "-c", WRITER_COMMAND, str(theirs.fileno())],
+        self._process = subprocess.Popen([sys.executable, "-c", WRITER_COMMAND, str(theirs.fileno()), self._build_rows],
                                          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
                                          env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, sys.path))})
         theirs.close()
@@ -162,7 +163,7 @@ class StoreWriter:
             self._generation += 1
             self._in_flight[self._generation] = deque()
             self._connection = connection
-        connection.send(self._config)
+        connection.send_bytes(encode(self._config))
         threading.Thread(target=self._receive, args=(self._generation, connection), name="prediction-log-receiver",
                          daemon=True).start()
 
@@ -222,7 +223,7 @@ class StoreWriter:
     def _receive(self, generation: int, connection: Connection) -> None:
         while True:
             try:
-                ack: Ack = connection.recv()
+                ack: Ack = decode(Ack, connection.recv_bytes())
             except (EOFError, OSError):  # the writer process ended: what it held is lost
                 with self._condition:
                     held = self._in_flight.pop(generation, deque())
@@ -238,13 +239,13 @@ class StoreWriter:
             self.metrics.log_pruned_rows.inc(ack.pruned)
             if ack.written:
                 self._tables_ready = True
-            self.metrics.log_dropped_rows.labels("store_error").inc(ack.dropped)
-            if ack.records:
+            if ack.batch:  # the oldest batch it holds is done: what it did not write is lost
                 with self._condition:
                     held = self._in_flight.get(generation)
-                    if held:
-                        held.popleft()
-                        self._settle(ack.records, ack.rows)
+                    records, rows = held.popleft() if held else (0, 0)
+                    self._settle(records, rows)
+                if rows > ack.written:
+                    self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written)
 
     def _settle(self, records: int, rows: int) -> None:
         """Records of `rows` rows left the writer's hands (written or dropped). Called under the lock."""

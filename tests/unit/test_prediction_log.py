@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -43,6 +44,22 @@ class Rows:
 
 def rows_of(batch: list[Rows]) -> list[dict]:
     return [row for record in batch for row in record.rows()]
+
+
+RECORD_GLOBALS = ("Rows",)  # what the writer process may resolve when it reads this module's records
+
+
+class Runs:
+    """A record that would run `command` when unpickled: what a forged batch on the socket could carry."""
+
+    def __init__(self, command: str):
+        self.command = command
+
+    def __len__(self) -> int:
+        return 1
+
+    def __reduce__(self):
+        return os.system, (self.command,)
 
 
 def dropped(metrics: ServiceMetrics, reason: str) -> float:
@@ -212,3 +229,20 @@ def test_a_writer_process_that_dies_is_started_again_and_the_log_goes_on(tmp_pat
     assert sorted(row["id"] for row in read_predictions(engine_for(url))) == ["after", "before"]
     assert any("writer process ended" in r.getMessage() for r in caplog.records)
     assert metrics.registry.get_sample_value("serving_prediction_log_written_rows_total") == 2
+
+
+def test_a_batch_whose_records_name_other_code_is_refused_and_nothing_of_it_runs(tmp_path, caplog):
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    marker = tmp_path / "ran"
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=10, retention_days=1, max_rows=10,
+                         prune_every_s=3600, metrics=metrics)
+    writer.start()
+    with caplog.at_level(logging.WARNING, logger="serving"):
+        assert writer.submit(Runs(f"touch {marker}")) and writer.flush(timeout_s=60)
+        assert writer.submit(Rows("after")) and writer.flush(timeout_s=60)
+    writer.stop(timeout_s=30)
+    assert not marker.exists()
+    assert dropped(metrics, "store_error") == 1
+    assert any("may not refer to posix.system" in r.getMessage() for r in caplog.records)
+    assert [row["id"] for row in read_predictions(engine_for(url))] == ["after"]
