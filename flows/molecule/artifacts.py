@@ -1,33 +1,16 @@
-"""What molecule stages hand each other on disk: prepared splits, the tokenizer, the pretrained model and the
-fine-tuned ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
+"""What molecule stages hand each other on disk besides the prepared splits (flows/molecule/prepared.py): the
+pretrained model and the fine-tuned ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
-from data.errors import DataValidationError
-from data.molecules.prepare import PreparedMolecules, load_prepared
 from data.molecules.tokenizer import SmilesTokenizer
-from flows.paths import MOLECULE
-from flows.tasks import compute_task, io_task
+from flows.tasks import compute_task
 from models.molecule.config import MoleculeModelConfig
 from models.molecule.network import MoleculeNet
 from models.molecule.training import Molecules, build_model
 from models.serialization import load_state, save_state
-
-
-@io_task(name="load-prepared-molecules")
-def load_molecules() -> PreparedMolecules:
-    return load_prepared(MOLECULE.prepared)
-
-
-def tokenizer_of(prepared: PreparedMolecules) -> SmilesTokenizer:
-    if prepared.tokenizer is None:
-        raise DataValidationError("no tokenizer.json among the prepared molecules (run the molecule prepare step)",
-                                  file=MOLECULE.prepared)
-    return SmilesTokenizer.from_dict(prepared.tokenizer)
 
 
 @compute_task(name="featurize-molecules")
@@ -59,7 +42,3 @@ def load_ensemble(path: Path) -> tuple[list[MoleculeNet], dict]:
         member.load_state_dict(weights)
         members.append(member.eval())
     return members, state
-
-
-def targets(prepared: PreparedMolecules, split: str) -> np.ndarray:
-    return prepared.splits[split]["target"].to_numpy(dtype=np.float64)

@@ -8,7 +8,8 @@ from prefect import flow
 
 from flows.json_io import write_json
 from data.molecules.tokenizer import SmilesTokenizer
-from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
+from flows.molecule.artifacts import featurize, load_ensemble
+from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.tasks import compute_task, stage_cli

@@ -14,7 +14,9 @@ from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
 from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
-from flows.molecule.artifacts import featurize, load_ensemble, load_molecules, targets
+from flows.molecule.artifacts import featurize, load_ensemble
+from flows.molecule.evaluation import calibration_error, outputs, test_metrics
+from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
 from contract.manifest import sha256_file
@@ -22,7 +24,6 @@ from contract.reference import write_reference
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
-from models.metrics import classification_metrics, regression_metrics
 from models.molecule.training import model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
@@ -38,25 +39,6 @@ INPUT_DOC = {
     "tokens": "int64 (molecules, tokens) SMILES token ids padded with 0; an all-0 row: graph view only",
     "descriptors": f"float32 (molecules, {DESCRIPTOR_SIZE}) raw RDKit descriptors, in the order of {', '.join(DESCRIPTORS)}",
 }
-
-
-def outputs(task: str) -> list[str]:
-    return ["value" if task == "regression" else "probability", "uncertainty"]
-
-
-def test_metrics(task: str, y: np.ndarray, prediction: np.ndarray, uncertainty: np.ndarray, card: dict) -> dict:
-    """Regression: RMSE, MAE, R2 and coverage of value +- z * uncertainty; classification: see classification_metrics."""
-    if task == "regression":
-        half = card["calibration"]["interval_z"] * uncertainty
-        return regression_metrics(y, prediction, prediction - half, prediction + half)
-    return classification_metrics(y, prediction)
-
-
-def calibration_error(task: str, metrics: dict, card: dict) -> float:
-    """Regression: |test coverage - nominal coverage|; classification: test ECE."""
-    if task == "regression":
-        return abs(metrics["coverage"] - card["calibration"]["nominal_coverage"])
-    return metrics["ece"]
 
 
 @compute_task(name="export-onnx")
@@ -105,7 +87,11 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     out = predictor.predict(list(test["smiles"]))
     y = targets(prepared, "test")
     metrics = test_metrics(task, y, out["prediction"], out["uncertainty"], card)
-    card.update({"test_metrics": metrics, "calibration_error": calibration_error(task, metrics, card),
+    # the same figures on validation (which chose the epochs and fitted the calibration)
+    val_out = predictor.predict(list(prepared.splits["val"]["smiles"]))
+    val_metrics = test_metrics(task, targets(prepared, "val"), val_out["prediction"], val_out["uncertainty"], card)
+    card.update({"test_metrics": metrics, "val_metrics": val_metrics,
+                 "calibration_error": calibration_error(task, metrics, card),
                  "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(MOLECULE.onnx)})
     write_json(MOLECULE.model_card, card)
     write_reference(MOLECULE.reference, molecule_reference(list(prepared.splits["train"]["smiles"])))
@@ -114,7 +100,8 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
                   "uncertainty": np.round(out["uncertainty"], 6)}).to_csv(MOLECULE.predictions, index=False)
     with stage_run(params.tracking, "molecule", "export", {"export": params.molecule.export.model_dump()},
                    {"molecule": MOLECULE.prepared}):
-        mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()}})
+        mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()},
+                            **{f"val_{k}": v for k, v in val_metrics.items()}})
         mlflow.log_artifact(str(MOLECULE.model_card))
     print(f"molecule model exported (parity {max_diff:.1e}); test metrics "
           f"{ {k: round(v, 4) for k, v in metrics.items()} }")

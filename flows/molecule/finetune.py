@@ -8,8 +8,8 @@ import numpy as np
 from prefect import flow
 
 from flows import plots
-from flows.molecule.artifacts import (featurize, load_molecules, load_pretrained, save_ensemble, targets,
-                                      tokenizer_of)
+from flows.molecule.artifacts import featurize, load_pretrained, save_ensemble
+from flows.molecule.prepared import load_molecules, targets, tokenizer_of
 from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.tasks import compute_task, stage_cli

@@ -11,7 +11,8 @@ from prefect import flow
 
 from data.errors import DataValidationError
 from data.molecules.standardize import InvalidSmilesError, canonical_smiles
-from flows.molecule.artifacts import featurize, load_molecules, tokenizer_of
+from flows.molecule.artifacts import featurize
+from flows.molecule.prepared import load_molecules, tokenizer_of
 from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.tasks import compute_task, io_task, stage_cli

@@ -17,8 +17,8 @@ from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES
 from flows import plots
 from flows.json_io import read_json, write_json, write_metrics_by_model
-from flows.molecule.artifacts import load_molecules
-from flows.molecule.export import outputs, test_metrics
+from flows.molecule.evaluation import outputs, test_metrics
+from flows.molecule.prepared import load_molecules
 from flows.molecule.plots import roc_curves
 from flows.params import load_params
 from flows.paths import MOLECULE
@@ -76,7 +76,7 @@ def molecule_register(params_file: str = "params.yaml", new_task: bool = False) 
         mlflow.log_artifact(str(draw(y, predictions, MOLECULE.plots / "test_performance.png")))
         if card["task"] == "classification":  # reliability above; ROC too (logged, not a DVC plot)
             mlflow.log_artifact(str(roc_curves(y, predictions, MOLECULE.plots / "roc_test.png")))
-    summary = {"model": card["test_metrics"], "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
+    summary = {"model": card["test_metrics"], "model_val": card.get("val_metrics", {}), "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
     write_json(MOLECULE.metrics, summary)
     write_metrics_by_model(MOLECULE.test_metrics, {"ours": card["test_metrics"], baseline["name"]: baseline["test"]})
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"

@@ -1,22 +1,14 @@
-"""What sensor stages hand each other on disk: prepared windows, the pretrained encoder and the fine-tuned
-ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
+"""What sensor stages hand each other on disk besides the prepared windows (flows/sensor/prepared.py): the pretrained
+encoder and the fine-tuned ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from data.sensors.featurize import WindowFeaturizer
-from data.sensors.prepare import PreparedSensorData, load_prepared
-from flows.paths import SENSOR
-from flows.tasks import io_task
 from models.sensor.config import SensorModelConfig
 from models.sensor.network import SensorClassifier
 from models.serialization import load_state, save_state
-
-
-@io_task(name="load-prepared-windows")
-def load_windows() -> PreparedSensorData:
-    return load_prepared(SENSOR.prepared)
 
 
 def load_encoder(path: Path) -> dict | None:

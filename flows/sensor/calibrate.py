@@ -11,7 +11,8 @@ from flows import plots
 from flows.json_io import write_json
 from flows.params import load_params
 from flows.paths import SENSOR
-from flows.sensor.artifacts import load_ensemble, load_windows
+from flows.sensor.artifacts import load_ensemble
+from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.calibration import (

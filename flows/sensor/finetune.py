@@ -25,7 +25,8 @@ from data.sensors.featurize import WindowFeaturizer
 from flows import plots
 from flows.params import Params, load_params
 from flows.paths import SENSOR
-from flows.sensor.artifacts import load_encoder, load_windows, save_ensemble
+from flows.sensor.artifacts import load_encoder, save_ensemble
+from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device

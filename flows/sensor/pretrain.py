@@ -10,7 +10,7 @@ from prefect import flow
 from data.sensors.featurize import WindowFeaturizer
 from flows.params import load_params
 from flows.paths import SENSOR
-from flows.sensor.artifacts import load_windows
+from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device

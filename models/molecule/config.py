@@ -1,4 +1,5 @@
-"""The `molecule.model`, `molecule.pretrain`, `molecule.finetune` and `molecule.calibrate` sections of params.yaml."""
+"""The `molecule.model`, `molecule.pretrain`, `molecule.finetune`, `molecule.calibrate` and `molecule.baseline` sections
+of params.yaml."""
 
 from __future__ import annotations
 
@@ -58,3 +59,9 @@ class MoleculeCalibrateConfig(StrictModel):
         description="scaled_variance: z-scores of unit variance; conformal: split-conformal quantile of |residual| / spread "
         "at the nominal coverage of interval_z",
     )
+
+
+class MoleculeBaselineConfig(StrictModel):
+    """The baseline trained in the same run: a random forest on Morgan counts (r=2, 2048 bits)."""
+
+    n_trees: int = Field(500, ge=1, description="trees of the forest")

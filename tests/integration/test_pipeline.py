@@ -29,6 +29,7 @@ TINY = {
         "model": {"hidden": 16, "layers": 2},
         "pretrain": {"epochs": 1},
         "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+        "baseline": {"n_trees": 50},
     },
 }
 
@@ -51,6 +52,7 @@ def test_pipeline_registers_both_families_as_champion(pipeline):
         assert metrics["promoted"] is True
         assert champion.tags["onnx_sha256"] == json.loads(
             (root / "artifacts" / family / "export" / "model_card.json").read_text())["onnx_sha256"]
+        assert set(metrics["model_val"]) == set(metrics["model"])  # the exported model on validation too
         assert metrics["baseline"]["name"] and set(metrics["model"]) >= ({"pr_auc", "ece"} if family == "sensor"
                                                                          else {"rmse", "coverage"})
         # the DVC metrics: a file per model, ours and each baseline
@@ -66,6 +68,7 @@ def test_pipeline_registers_both_families_as_champion(pipeline):
         assert ("channels" in reference) if family == "sensor" else (reference["fingerprints"].dtype == "uint8")
         assert any(tag.startswith(f"data.{family}.") for tag in champion.tags) and "git_commit" in champion.tags
     assert "sensor-failure-detector" in result.stdout and "molecular-property" in result.stdout  # summary table
+    assert result.stdout.count("(validation") == 2  # each family's first metric on validation too
 
 
 def test_every_stage_run_carries_lineage(pipeline):

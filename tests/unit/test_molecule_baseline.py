@@ -13,7 +13,7 @@ SMILES = ["CCO", "CCCO", "CCCCO", "c1ccccc1", "c1ccccc1O", "CC(=O)O", "CCN", "CC
 
 def test_forest_sums_its_trees_in_order():
     y = np.linspace(-2.0, 1.0, len(SMILES))
-    forest = fit_baseline.fn(SMILES, y, "regression", seed=0, max_heavy_atoms=200)
+    forest = fit_baseline.fn(SMILES, y, "regression", n_trees=500, seed=0, max_heavy_atoms=200)
     x = morgan_counts(SMILES, max_heavy_atoms=200)
     in_order = np.zeros(len(SMILES))
     for tree in forest.estimators_:
