@@ -50,6 +50,10 @@ class RegistryConfig(StrictModel):
     mode: Literal["max", "min"] = Field(description="max: higher primary metric is better")
     tolerance: float = Field(0.0, ge=0, description="a challenger may be this much worse and still be promoted")
     max_calibration_error: float = Field(0.1, gt=0, description="ECE (classification) or |coverage - nominal| (regression) bound")
+    must_beat_baseline: bool = Field(True, description="the primary metric must be at least as good as the baseline's "
+                                     "of the same run (within tolerance)")
+    min_positives: int = Field(10, ge=1, description="classification: test positives needed to judge at all (a constant "
+                               "predictor at the prior passes an ECE bound on a handful)")
 
 
 class SchedulesConfig(StrictModel):

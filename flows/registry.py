@@ -34,27 +34,42 @@ class Decision:
     reasons: list[str] = field(default_factory=list)
 
 
+def _at_least_as_good(cfg: RegistryConfig, value: float, other: float) -> bool:
+    return value >= other - cfg.tolerance if cfg.mode == "max" else value <= other + cfg.tolerance
+
+
 def decide(
     cfg: RegistryConfig, challenger: dict[str, float], champion: dict[str, float] | None, calibration_error: float,
-    compare_calibration: bool = False,
+    compare_calibration: bool = False, baseline: dict[str, float] | None = None, test_positives: int | None = None,
 ) -> Decision:
     """The promotion gate: calibration within bounds and primary metric at least as good as the
     champion's on the same test split (within `cfg.tolerance`). `compare_calibration` (a recalibration): the
-    calibration error must also be lower than the champion's `calibration_error` on the same data."""
+    calibration error must also be lower than the champion's `calibration_error` on the same data.
+
+    baseline: the test metrics of the same run's baseline; with `cfg.must_beat_baseline` the primary metric must be
+    at least as good as its. test_positives (classification): fewer than `cfg.min_positives` and nothing is judged."""
     metric = cfg.primary_metric
     value = challenger.get(metric, float("nan"))
     reasons: list[str] = []
     promote = True
     if not math.isfinite(value):
         return Decision(False, [f"challenger {metric} is {value}"])
+    if test_positives is not None and test_positives < cfg.min_positives:
+        return Decision(False, [f"the test split holds {test_positives} positives, fewer than min_positives = "
+                                f"{cfg.min_positives}: too few to judge the model"])
     if not calibration_error <= cfg.max_calibration_error:
         promote = False
         reasons.append(f"calibration error {calibration_error:.4f} exceeds {cfg.max_calibration_error}")
+    if cfg.must_beat_baseline and baseline is not None and metric in baseline:
+        ok = _at_least_as_good(cfg, value, baseline[metric])
+        reasons.append(f"{metric} {value:.4f} is {'at least as good as' if ok else 'worse than'} the baseline's "
+                       f"{baseline[metric]:.4f}")
+        promote = promote and ok
     if champion is None:
         reasons.append("no champion to compare with")
     else:
         best = champion[metric]
-        ok = value >= best - cfg.tolerance if cfg.mode == "max" else value <= best + cfg.tolerance
+        ok = _at_least_as_good(cfg, value, best)
         relation = "at least as good as" if ok else "worse than"
         reasons.append(f"{metric} {value:.4f} is {relation} champion's {best:.4f} (tolerance {cfg.tolerance})")
         promote = promote and ok
@@ -115,10 +130,13 @@ def register_and_gate(
     new_task: bool = False,
     extra_files: dict[str, Path] | None = None,
     compare_calibration: bool = False,
+    baseline: dict[str, float] | None = None,
+    test_positives: int | None = None,
 ) -> dict:
     """Inside an active MLflow run: register a new signed version (with `extra_files` in its folder), verify the
     current champion and, when it predicts the same task, evaluate it on the same test split with
-    `champion_metrics(onnx_path, card)`; apply the gate (`compare_calibration`: see `decide`).
+    `champion_metrics(onnx_path, card)`; apply the gate (`compare_calibration`, `baseline`, `test_positives`: see
+    `decide`).
 
     A champion of another task is never compared: the new version is refused, unless `new_task` (then it is judged
     on calibration alone and replaces the champion's task)."""
@@ -155,7 +173,8 @@ def register_and_gate(
     if refusal is not None:
         decision = Decision(False, [refusal])
     else:
-        decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"], compare_calibration)
+        decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"], compare_calibration,
+                          baseline, test_positives)
         decision.reasons[:0] = notes
     apply_decision(cfg, version, decision, actor(f"flows.{card['family']}.register"))
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")

@@ -165,20 +165,22 @@ def select_calibration(logits: np.ndarray, y: np.ndarray, groups: np.ndarray | N
     """Choose among `methods` by cross-fitted validation NLL (grouped folds, e.g. by unit, so the score is
     not measured on what the map was fitted to), then refit the winner on all of validation.
 
-    Returns (calibration dict of the winner, {method: cross-fitted NLL}).
+    Returns (calibration dict of the winner, {method: cross-fitted NLL}). Where nothing can be cross-fitted (one
+    method, one group, or a class seen fewer than twice) the first method is fitted on all of validation and the
+    scores are empty.
     """
     from sklearn.model_selection import GroupKFold, StratifiedKFold
 
     y = np.asarray(y).astype(int)
     groups = np.arange(len(y)) if groups is None else np.asarray(groups)
     n_groups = len(np.unique(groups))
-    if len(methods) == 1 or n_groups < 2 or len(np.unique(y)) < 2:
+    minority = int(np.bincount(y, minlength=2).min())
+    if len(methods) == 1 or n_groups < 2 or minority < 2:
         return fit_calibration(logits, y, methods[0]), {}
-    if n_groups >= 2 and n_groups < len(y):
+    if n_groups < len(y):
         splits = list(GroupKFold(n_splits=min(folds, n_groups)).split(logits, y, groups))
     else:
-        splits = list(StratifiedKFold(n_splits=min(folds, int(np.bincount(y).min()) or 2), shuffle=True,
-                                      random_state=0).split(logits, y))
+        splits = list(StratifiedKFold(n_splits=min(folds, minority), shuffle=True, random_state=0).split(logits, y))
     scores = {}
     for method in methods:
         p = np.empty(len(y))

@@ -143,7 +143,8 @@ def train(
                 stale += 1
         result.history.append(record)
         progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
-        stopped = patience is not None and stale > patience
+        # `patience` epochs in a row without improvement end training (0: the first one does)
+        stopped = patience is not None and stale >= max(patience, 1)
         if checkpoint is not None and main:
             save_state({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
                         "optimiser": optimiser.state_dict(), "rng": _rng_state(device),

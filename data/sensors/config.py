@@ -13,8 +13,8 @@ from data.config import StrictModel
 class SimulatorConfig(StrictModel):
     """Knobs of the embedded sensor fleet simulator (see data/sensors/simulator.py)."""
 
-    n_units: int = Field(40, ge=3, description="machines in the fleet")
-    n_steps: int = Field(1500, ge=64, description="time steps per machine when it does not fail")
+    n_units: int = Field(80, ge=3, description="machines in the fleet")
+    n_steps: int = Field(750, ge=64, description="time steps per machine when it does not fail")
     channels: list[str] = Field(
         default_factory=lambda: ["vibration", "temperature", "pressure", "current", "flow", "voltage"],
         min_length=1,

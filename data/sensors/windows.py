@@ -53,7 +53,9 @@ def make_windows(
     """{'train', 'val', 'test'} -> Windows from a frame sorted by unit, time, with `splits` (n_rows,) per row.
 
     A window lies inside one segment (consecutive rows of one unit in one split) and its end rows step back by
-    `stride` from the segment's last row. Its label looks ahead `horizon` rows in the same unit, across split segments.
+    `stride` from the segment's last row. Its label looks ahead `horizon` rows in the same unit. A window whose
+    look-ahead would cross into the unit's next segment (another split: split=time or column) is purged, so no
+    split is labelled by another split's failures.
     """
     unit = df["unit"].to_numpy(dtype=str)
     time = df["time"].to_numpy(dtype=np.int64)
@@ -61,8 +63,10 @@ def make_windows(
     future = horizon_labels(unit, df["label"].to_numpy(), horizon)
 
     seg_start, seg_end = _run_bounds(_changes(unit) | _changes(splits))
+    _, unit_end = _run_bounds(_changes(unit))
     rows = np.arange(len(df))
     is_end = (rows - seg_start >= window - 1) & ((seg_end - rows) % stride == 0)
+    is_end &= (rows + horizon <= seg_end) | (seg_end == unit_end)  # the purge
 
     if len(values) < window:
         values = np.full((window, len(channels)), np.nan, dtype=np.float32)  # no window ends exist; keeps the view valid

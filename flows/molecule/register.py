@@ -43,7 +43,7 @@ def signature(task: str, n_atom_features: int, n_bond_features: int) -> ModelSig
 
 
 @io_task(name="register-and-gate")
-def register(params, card: dict, test: pd.DataFrame, new_task: bool) -> dict:
+def register(params, card: dict, test: pd.DataFrame, new_task: bool, baseline: dict[str, float]) -> dict:
     y = test["target"].to_numpy(dtype=float)
 
     def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
@@ -53,7 +53,8 @@ def register(params, card: dict, test: pd.DataFrame, new_task: bool) -> dict:
     sig = signature(card["task"], len(ATOM_FEATURE_SIZES), len(BOND_FEATURE_SIZES))
     return register_and_gate(params.molecule.registry, card, MOLECULE.onnx, sig, champion_metrics,
                              signing_key(params.tracking), new_task,
-                             extra_files={REFERENCE: MOLECULE.reference})
+                             extra_files={REFERENCE: MOLECULE.reference}, baseline=baseline,
+                             test_positives=int(y.sum()) if card["task"] == "classification" else None)
 
 
 @flow(name="molecule-register")
@@ -66,7 +67,7 @@ def molecule_register(params_file: str = "params.yaml", new_task: bool = False) 
     test = load_molecules().splits["test"]
     with stage_run(params.tracking, "molecule", "register", {"registry": params.molecule.registry.model_dump()},
                    {"molecule": MOLECULE.prepared}):
-        outcome = register(params, card, test, new_task)
+        outcome = register(params, card, test, new_task, baseline["test"])
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         y = test["target"].to_numpy()

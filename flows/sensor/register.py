@@ -35,14 +35,15 @@ def signature(n_channels: int) -> ModelSignature:
 
 
 @io_task(name="register-and-gate")
-def register(params, card: dict, test, new_task: bool) -> dict:
+def register(params, card: dict, test, new_task: bool, baseline: dict[str, float]) -> dict:
     def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
         out = SensorPredictor(onnx_path, champion_card, prefer_cuda=False).predict(test.X)
         return classification_metrics(test.y, out["probability"], champion_card["threshold"])
 
     return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
                              champion_metrics, signing_key(params.tracking), new_task,
-                             extra_files={REFERENCE: SENSOR.reference})
+                             extra_files={REFERENCE: SENSOR.reference}, baseline=baseline,
+                             test_positives=int(test.y.sum()))
 
 
 @flow(name="sensor-register")
@@ -55,7 +56,7 @@ def sensor_register(params_file: str = "params.yaml", new_task: bool = False) ->
     test = load_windows().windows["test"]
     with stage_run(params.tracking, "sensor", "register", {"registry": params.sensor.registry.model_dump()},
                    {"sensor": SENSOR.prepared}):
-        outcome = register(params, card, test, new_task)
+        outcome = register(params, card, test, new_task, baseline["test"])
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         others = baseline.get("baselines", [baseline])

@@ -35,6 +35,7 @@ class MoleculePretrainConfig(PretrainConfig):
     temperature: float = Field(0.1, gt=0, description="InfoNCE temperature")
     extra_smiles: Path | None = Field(None, description="CSV/Parquet of extra unlabelled SMILES (test molecules are removed)")
     extra_smiles_column: str = "smiles"
+    sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
 
 
 class MoleculeFinetuneConfig(FinetuneConfig):

@@ -110,7 +110,7 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
 
     def batches(epoch: int):
         for idx in bucketed_batches(with_tokens, cfg.batch_size, cfg.seed + epoch):
-            arrays = model_arrays(with_tokens.subset(idx), rng, sign_flip=True)
+            arrays = model_arrays(with_tokens.subset(idx), rng, sign_flip=cfg.sign_flip)
             n_atoms, tokens = len(arrays["batch"]), arrays["tokens"]
             hidden_atoms = rng.random(n_atoms) < cfg.mask_ratio
             hidden_atoms[rng.integers(n_atoms)] = True

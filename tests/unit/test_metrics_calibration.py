@@ -69,8 +69,15 @@ def test_parity_check_reports_and_rejects_differences():
 
     expected = (torch.tensor([0.1, 0.2]), torch.tensor([1.0, 2.0]))
     assert check_parity(expected, [np.array([0.1, 0.20005]), np.array([1.0, 2.0])]) == pytest.approx(5e-5, rel=1e-3)
-    with pytest.raises(RuntimeError, match="differs from PyTorch by 1.00e-03"):
+    with pytest.raises(RuntimeError, match="differs from PyTorch by 1.00e-03 at a value of 2 "):
         check_parity(expected, [np.array([0.1, 0.2]), np.array([1.0, 2.001])])
+    with pytest.raises(RuntimeError, match="differs"):
+        check_parity(expected, [np.array([0.1, np.nan]), np.array([1.0, 2.0])])
+    # a target in the thousands: 0.04 apart is within the relative bound (0.4), beyond the absolute one; 0.5 is not
+    large = (torch.tensor([4000.0]),)
+    assert check_parity(large, [np.array([4000.04])]) == pytest.approx(0.04, rel=0.01)
+    with pytest.raises(RuntimeError, match="at a value of 4000"):
+        check_parity(large, [np.array([4000.5])])
 
 
 def _miscalibrated(n=3000, seed=0):
@@ -146,3 +153,18 @@ def test_isotonic_calibration_chosen_by_selection_keeps_average_precision():
     p = calibrated_probability(logits, chosen)
     assert average_precision_score(y, p) == pytest.approx(average_precision_score(y, ensemble_probability(logits)), abs=1e-9)
     assert expected_calibration_error(y, p) < expected_calibration_error(y, ensemble_probability(logits))
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_validation_set_with_one_positive_gets_the_first_method_fitted_not_an_error(grouped):
+    from models.calibration import calibrated_probability, select_calibration
+
+    rng = np.random.default_rng(4)
+    z = rng.normal(-3, 1, (200, 2))
+    y = np.zeros(200, dtype=int)
+    y[7] = 1
+    chosen, scores = select_calibration(z, y, np.repeat(np.arange(20), 10) if grouped else None,
+                                        ["isotonic", "temperature"])
+    assert chosen["method"] == "isotonic" and scores == {}
+    p = calibrated_probability(z, chosen)
+    assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()

@@ -11,7 +11,8 @@ from data.molecules.featurize import MODEL_INPUT_AXES, MODEL_INPUTS, batch_input
 from data.molecules.tokenizer import SmilesTokenizer
 from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
-from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig
+from models.molecule import training as molecule_training
+from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.network import MoleculePretrainer, info_nce
 from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, model_arrays,
                                       tensors)
@@ -165,6 +166,16 @@ def test_pretraining_objectives_are_finite_and_leave_inputs_alone(device):
     assert net.smiles_encoder.token_embedding.weight.grad.abs().sum() > 0
     assert net.encoder.positional.weight.grad.abs().sum() > 0
     assert torch.equal(batch[0], atoms) and torch.equal(batch[MODEL_INPUTS.index("tokens")], tokens)
+
+
+@pytest.mark.parametrize("sign_flip", [True, False])
+def test_pretraining_flips_eigenvector_signs_only_when_told(monkeypatch, sign_flip):
+    flipped = []
+    real_flip = molecule_training.random_sign_flip
+    monkeypatch.setattr(molecule_training, "random_sign_flip", lambda *args: flipped.append(1) or real_flip(*args))
+    cfg = MoleculePretrainConfig(epochs=1, batch_size=4, sign_flip=sign_flip)
+    molecule_training.pretrain_model(molecules(HANDFUL), len(TOKENIZER), TOKENIZER.max_length, SMALL, cfg, CPU)
+    assert bool(flipped) is sign_flip
 
 
 def test_info_nce_prefers_aligned_pairs():

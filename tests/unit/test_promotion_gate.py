@@ -43,3 +43,20 @@ def test_a_recalibration_must_lower_the_champions_calibration_error_on_the_same_
     assert decide(MAX, {"pr_auc": 0.75}, champion, 0.03, compare_calibration=True).promote
     refused = decide(MAX, {"pr_auc": 0.75}, {**champion, "calibration_error": 0.02}, 0.03, compare_calibration=True)
     assert not refused.promote and "calibration error 0.0300 is not lower than champion's 0.0200" in refused.reasons
+
+
+def test_a_version_worse_than_the_runs_baseline_is_refused_unless_told():
+    baseline = {"pr_auc": 0.90, "ece": 0.01}
+    refused = decide(MAX, {"pr_auc": 0.85}, None, 0.02, baseline=baseline)
+    assert not refused.promote and "pr_auc 0.8500 is worse than the baseline's 0.9000" in refused.reasons
+    assert decide(MAX, {"pr_auc": 0.895}, None, 0.02, baseline=baseline).promote  # within the tolerance
+    assert decide(MAX.model_copy(update={"must_beat_baseline": False}), {"pr_auc": 0.85}, None, 0.02,
+                  baseline=baseline).promote
+    assert not decide(MIN, {"rmse": 1.2}, None, 0.02, baseline={"rmse": 1.0}).promote
+
+
+def test_a_constant_predictor_on_a_handful_of_positives_is_not_judged():
+    """At the prior a predictor's ECE is near 0: on 3 test positives the gate says it cannot judge, whatever the metrics."""
+    decision = decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=3)
+    assert not decision.promote and "3 positives, fewer than min_positives = 10" in decision.reasons[0]
+    assert decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=10).promote

@@ -1,8 +1,6 @@
-"""The fleet simulator: determinism, failure labels, gaps, label-noise knobs, speed."""
+"""The fleet simulator: determinism, failure labels, gaps, label-noise knobs, the default fleet."""
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 import pandas as pd
@@ -76,11 +74,13 @@ def test_label_flip_rate_adds_noisy_positive_rows():
     assert 0.01 < rate < 0.03
 
 
-def test_default_fleet_is_fast():
-    start = time.perf_counter()
-    df = simulate_fleet(SimulatorConfig(), 0)
-    assert time.perf_counter() - start < 1.0
-    assert df["unit"].nunique() == 40
+def test_default_fleet_has_its_machines_and_healthy_machines_run_to_the_end():
+    cfg = SimulatorConfig()
+    df = simulate_fleet(cfg, 0)
+    lengths = df.groupby("unit").size()
+    failing = df.groupby("unit")["label"].max() == 1
+    assert len(lengths) == cfg.n_units and failing.sum() == round(cfg.failure_fraction * cfg.n_units)
+    assert (lengths[~failing] == cfg.n_steps).all() and (lengths[failing] <= cfg.n_steps).all()
 
 
 def test_plant_seed_keeps_the_plant_and_regime_shift_moves_every_level():

@@ -41,15 +41,34 @@ def test_windows_by_hand_horizon_3(tiny):
     df, splits = tiny
     w = make_windows(df, ["v", "w"], window=3, stride=2, horizon=3, splits=splits)
     # segments A-train t0..6 -> ends 6, 4, 2; A-val t7..9 -> end 9 only; B-test t0..5 -> ends 5, 3
-    assert w["train"].time.tolist() == [2, 4, 6]
-    assert w["train"].y.tolist() == [0, 0, 1]  # t6 looks ahead into val rows t7..9 of the same unit
+    # purged: A-train's ends 6 and 4 would look ahead into A's val rows (the failure at t9 labelled t6 positive)
+    assert w["train"].time.tolist() == [2]
+    assert w["train"].y.tolist() == [0]
     assert w["val"].time.tolist() == [9] and w["val"].y.tolist() == [1]
     assert w["test"].time.tolist() == [3, 5] and w["test"].y.tolist() == [1, 0]
     assert w["test"].unit.tolist() == ["B", "B"]
     np.testing.assert_array_equal(w["train"].X[0], [[0, 1, 2], [0, -1, -2]])
     np.testing.assert_array_equal(w["test"].X[0], [[101, 102, 103], [-101, -102, -103]])
-    assert w["train"].X.dtype == np.float32 and w["train"].X.shape == (3, 2, 3)
+    assert w["train"].X.dtype == np.float32 and w["train"].X.shape == (1, 2, 3)
     assert w["train"].y.dtype == np.int8 and w["train"].time.dtype == np.int64
+
+
+def test_no_window_is_labelled_across_a_split_boundary():
+    """A time split of simulated machines: every kept window's look-ahead stays inside its own split's rows, and
+    the units' last segments keep their windows up to the end."""
+    df = simulate_fleet(SensorDataConfig().simulator.model_copy(update={"n_units": 8, "n_steps": 400}), 3)
+    df = df.sort_values(["unit", "time"], ignore_index=True)
+    cfg = SensorDataConfig(split="time", val_fraction=0.2, test_fraction=0.2)
+    splits = assign_splits(df, cfg)
+    horizon = 24
+    windows = make_windows(df, ["vibration"], window=16, stride=4, horizon=horizon, splits=splits)
+    split_at = {(u, t): s for u, t, s in zip(df["unit"], df["time"], splits)}
+    last_time = df.groupby("unit")["time"].max()
+    for name, w in windows.items():
+        for unit, end in zip(w.unit, w.time):
+            ahead = [split_at.get((unit, t)) for t in range(end, min(end + horizon, last_time[unit]) + 1)]
+            assert set(ahead) == {name}, (name, unit, end)
+    assert len(windows["test"]) and (windows["test"].time == last_time[windows["test"].unit].to_numpy()).any()
 
 
 def test_windows_by_hand_horizon_0(tiny):
@@ -79,18 +98,24 @@ def _check_windows_inside_segments(df, splits, windows, window):
 
 
 def test_simulated_windows_never_cross_units_or_splits():
-    cfg = SensorDataConfig(split="time", window=16, stride=5, simulator={"n_units": 6, "n_steps": 300})
+    cfg = SensorDataConfig(split="time", window=16, stride=5, horizon=12, simulator={"n_units": 6, "n_steps": 300})
     df = simulate_fleet(cfg.simulator, 0)
     splits = assign_splits(df, cfg)
     windows = make_windows(df, cfg.simulator.channels, cfg.window, cfg.stride, cfg.horizon, splits)
     assert all(len(w) > 0 for w in windows.values())
     _check_windows_inside_segments(df, splits, windows, cfg.window)
-    # each segment long enough for a window has one ending on its last row (failure-adjacent windows included)
+    # a unit's last segment long enough for a window has one ending on its last row (failure-adjacent windows
+    # included); an earlier segment's windows end a horizon before the next split (the purge)
     segments = df.assign(split=splits).groupby(["unit", "split"])["time"].agg(["max", "size"])
-    long_enough = segments[segments["size"] >= cfg.window]
+    long_enough = segments[segments["size"] >= cfg.window + cfg.horizon]
     assert len(long_enough) >= 12
+    unit_last = df.groupby("unit")["time"].max()
     for (unit, name), t_last in long_enough["max"].items():
-        assert t_last in windows[name].time[windows[name].unit == unit]
+        ends = windows[name].time[windows[name].unit == unit]
+        if t_last == unit_last[unit]:
+            assert t_last in ends
+        else:
+            assert ends.max() + cfg.horizon <= t_last < ends.max() + cfg.horizon + cfg.stride
 
 
 def test_unit_split_keeps_units_whole_and_spreads_failures():
@@ -102,7 +127,7 @@ def test_unit_split_keeps_units_whole_and_spreads_failures():
     failing = df.groupby("unit")["label"].max()
     unit_split = pd.Series(splits).groupby(df["unit"]).first()
     assert set(unit_split[failing == 1]) == {"train", "val", "test"}
-    assert unit_split.value_counts().to_dict() == {"train": 28, "val": 6, "test": 6}
+    assert unit_split.value_counts().to_dict() == {"train": 56, "val": 12, "test": 12}
     np.testing.assert_array_equal(splits, assign_splits(df, cfg))
     assert not np.array_equal(splits, assign_splits(df, cfg.model_copy(update={"seed": 8})))
 
