@@ -2,9 +2,12 @@
 
 - Laplacian eigenvectors: the eigenvectors of the symmetric normalised Laplacian I - D^-1/2 A D^-1/2 for the
   LAPLACIAN_K smallest eigenvalues after the first (the trivial one), in RDKit canonical atom order. Columns a
-  small molecule does not have (N - 1 < k) are zero. Each eigenvector's sign is arbitrary: it is fixed here
-  (largest-magnitude entry positive) so serving is deterministic, and training flips signs at random
-  (`random_sign_flip`) so the model does not rely on it.
+  small molecule does not have (N - 1 < k) are zero. Inside a repeated eigenvalue (benzene: 0.5 and 1.5 are
+  double) any rotation of the eigenvectors is as valid, and which one comes out depends on the LAPACK build, so
+  training and serving machines could disagree: those columns are zero too (DEGENERACY_TOLERANCE), which keeps
+  the encoding the same under atom reordering and across machines. Each remaining eigenvector's sign is arbitrary:
+  it is fixed here (largest-magnitude entry positive) so serving is deterministic, and training flips signs at
+  random (`random_sign_flip`) so the model does not rely on it.
 - Random-walk landing probabilities: for t = 1..RANDOM_WALK_K, the probability that a random walk from an
   atom is back on it after t steps, the diagonal of (D^-1 A)^t (0 for an isolated atom).
 """
@@ -16,6 +19,8 @@ import numpy as np
 LAPLACIAN_K = 8
 RANDOM_WALK_K = 8
 POSITIONAL_SIZE = LAPLACIAN_K + RANDOM_WALK_K
+DEGENERACY_TOLERANCE = 1e-6
+"""Eigenvalues closer than this are one repeated eigenvalue."""
 
 
 def adjacency(edge_index: np.ndarray, n_atoms: int) -> np.ndarray:
@@ -26,7 +31,8 @@ def adjacency(edge_index: np.ndarray, n_atoms: int) -> np.ndarray:
 
 
 def laplacian_eigenvectors(edge_index: np.ndarray, n_atoms: int, k: int = LAPLACIAN_K) -> np.ndarray:
-    """(N, k) float32: eigenvectors 2..k+1 of the normalised Laplacian (ascending eigenvalue), zero-padded."""
+    """(N, k) float32: eigenvectors 2..k+1 of the normalised Laplacian (ascending eigenvalue), zero-padded; zero
+    where the eigenvalue is repeated (also with one outside the k kept)."""
     out = np.zeros((n_atoms, k), dtype=np.float32)
     if n_atoms < 2:
         return out
@@ -34,8 +40,12 @@ def laplacian_eigenvectors(edge_index: np.ndarray, n_atoms: int, k: int = LAPLAC
     degree = a.sum(axis=1)
     inv_sqrt = np.where(degree > 0, 1.0 / np.sqrt(np.maximum(degree, 1e-12)), 0.0)
     laplacian = np.eye(n_atoms) - inv_sqrt[:, None] * a * inv_sqrt[None, :]
-    _, vectors = np.linalg.eigh(laplacian)
-    vectors = vectors[:, 1 : k + 1]
+    values, vectors = np.linalg.eigh(laplacian)
+    repeated = np.zeros(n_atoms, dtype=bool)
+    close = np.diff(values) < DEGENERACY_TOLERANCE
+    repeated[1:] |= close
+    repeated[:-1] |= close
+    vectors = np.where(repeated[None, :], 0.0, vectors)[:, 1 : k + 1]
     # fix each eigenvector's sign: its largest-magnitude entry (first such atom) positive
     pivot = vectors[np.argmax(np.abs(vectors) - 1e-9 * np.arange(n_atoms)[:, None], axis=0), np.arange(vectors.shape[1])]
     vectors = vectors * np.where(pivot < 0, -1.0, 1.0)
