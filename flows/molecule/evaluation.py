@@ -14,7 +14,7 @@ def outputs(task: str) -> list[str]:
 
 
 def test_metrics(task: str, y: np.ndarray, prediction: np.ndarray, uncertainty: np.ndarray, card: dict) -> dict:
-    """Regression: RMSE, MAE, R2 and coverage of value +- z * uncertainty; classification: see classification_metrics."""
+    """Regression: RMSE, MAE, R2 and coverage of value +- z * uncertainty; classification: classification_metrics."""
     if task == "regression":
         half = card["calibration"]["interval_z"] * uncertainty
         return regression_metrics(y, prediction, prediction - half, prediction + half)

@@ -77,7 +77,8 @@ def molecule_register(params_file: str = "params.yaml", new_task: bool = False) 
         mlflow.log_artifact(str(draw(y, predictions, MOLECULE.plots / "test_performance.png")))
         if card["task"] == "classification":  # reliability above; ROC too (logged, not a DVC plot)
             mlflow.log_artifact(str(roc_curves(y, predictions, MOLECULE.plots / "roc_test.png")))
-    summary = {"model": card["test_metrics"], "model_val": card.get("val_metrics", {}), "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
+    summary = {"model": card["test_metrics"], "model_val": card["val_metrics"],
+               "baseline": {"name": baseline["name"], **baseline["test"]}, **outcome}
     write_json(MOLECULE.metrics, summary)
     write_metrics_by_model(MOLECULE.test_metrics, {"ours": card["test_metrics"], baseline["name"]: baseline["test"]})
     verdict = "promoted to champion" if outcome["promoted"] else "kept as challenger"

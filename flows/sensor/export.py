@@ -120,7 +120,8 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
             mlflow.log_metric("quantize_max_abs_diff", card["quantization"]["max_abs_diff_vs_float"])
         mlflow.log_artifact(str(SENSOR.model_card))
     kind = "int8" if card["quantization"] else "float"
-    print(f"sensor model exported ({kind}, parity of the float graph {max_diff:.1e}); test PR-AUC {metrics['pr_auc']:.4f}, ECE {metrics['ece']:.4f}; validation PR-AUC {val_metrics['pr_auc']:.4f}")
+    print(f"sensor model exported ({kind}, parity of the float graph {max_diff:.1e}); "
+          f"test PR-AUC {metrics['pr_auc']:.4f}, ECE {metrics['ece']:.4f}; validation PR-AUC {val_metrics['pr_auc']:.4f}")
     return card
 
 

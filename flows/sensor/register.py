@@ -68,7 +68,8 @@ def sensor_register(params_file: str = "params.yaml", new_task: bool = False) ->
                                  SENSOR.plots / "pr_curve_test.png")
         mlflow.log_artifact(str(figure))
     # `baseline`: HistGradientBoosting (what the summary table shows); `baselines`: every baseline of the run
-    summary = {"model": card["test_metrics"], "model_val": card.get("val_metrics", {}), "baseline": {"name": baseline["name"], **baseline["test"]},
+    summary = {"model": card["test_metrics"], "model_val": card["val_metrics"],
+               "baseline": {"name": baseline["name"], **baseline["test"]},
                "baselines": {o["name"]: o["test"] for o in others}, **outcome}
     write_json(SENSOR.metrics, summary)
     write_metrics_by_model(SENSOR.test_metrics, {"ours": card["test_metrics"], **summary["baselines"]})

@@ -56,7 +56,7 @@ def test_a_version_worse_than_the_runs_baseline_is_refused_unless_told():
 
 
 def test_a_constant_predictor_on_a_handful_of_positives_is_not_judged():
-    """At the prior a predictor's ECE is near 0: on 3 test positives the gate says it cannot judge, whatever the metrics."""
+    """At the prior a predictor's ECE is near 0: on 3 test positives the gate cannot judge, whatever the metrics."""
     decision = decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=3)
     assert not decision.promote and "3 positives, fewer than min_positives = 10" in decision.reasons[0]
     assert decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=10).promote
