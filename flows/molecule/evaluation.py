@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.metrics import classification_metrics, regression_metrics
+from models.uncertainty_quality import classification_uncertainty_quality, regression_uncertainty_quality
 
 
 def outputs(task: str) -> list[str]:
@@ -26,3 +27,11 @@ def calibration_error(task: str, metrics: dict, card: dict) -> float:
     if task == "regression":
         return abs(metrics["coverage"] - card["calibration"]["nominal_coverage"])
     return metrics["ece"]
+
+
+def uncertainty_figures(task: str, y: np.ndarray, prediction: np.ndarray, uncertainty: np.ndarray) -> dict:
+    """How well the uncertainty flags the larger errors (models/uncertainty_quality.py): Spearman, AURC and its
+    gain; regression also interval coverage at 50/80/90/95 %."""
+    if task == "regression":
+        return regression_uncertainty_quality(y, prediction, uncertainty)
+    return classification_uncertainty_quality(y, prediction, uncertainty)

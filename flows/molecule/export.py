@@ -15,7 +15,7 @@ from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import featurize, load_ensemble
-from flows.molecule.evaluation import calibration_error, outputs, test_metrics
+from flows.molecule.evaluation import calibration_error, outputs, test_metrics, uncertainty_figures
 from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
@@ -27,6 +27,7 @@ from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsem
 from models.molecule.training import model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
+from models.uncertainty_quality import uncertainty_metrics
 
 INPUT_DOC = {
     "atom_features": "int64 (atoms, 7) categorical atom features",
@@ -91,6 +92,7 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     val_out = predictor.predict(list(prepared.splits["val"]["smiles"]))
     val_metrics = test_metrics(task, targets(prepared, "val"), val_out["prediction"], val_out["uncertainty"], card)
     card.update({"test_metrics": metrics, "val_metrics": val_metrics,
+                 "uncertainty_quality": uncertainty_figures(task, y, out["prediction"], out["uncertainty"]),
                  "calibration_error": calibration_error(task, metrics, card),
                  "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(MOLECULE.onnx)})
     write_json(MOLECULE.model_card, card)
@@ -101,7 +103,8 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     with stage_run(params.tracking, "molecule", "export", {"export": params.molecule.export.model_dump()},
                    {"molecule": MOLECULE.prepared}):
         mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()},
-                            **{f"val_{k}": v for k, v in val_metrics.items()}})
+                            **{f"val_{k}": v for k, v in val_metrics.items()},
+                            **uncertainty_metrics(card["uncertainty_quality"])})
         mlflow.log_artifact(str(MOLECULE.model_card))
     print(f"molecule model exported (parity {max_diff:.1e}); test metrics "
           f"{ {k: round(v, 4) for k, v in metrics.items()} }")

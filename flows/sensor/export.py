@@ -27,6 +27,7 @@ from models.monitoring import sensor_reference
 from models.onnx_runtime import load_session, run
 from models.predictors import SensorPredictor
 from models.quantization import quantize_sensor_model
+from models.uncertainty_quality import classification_uncertainty_quality, uncertainty_metrics
 from models.sensor.calibrated import calibrated_ensemble
 
 INPUTS = {"features": {0: "batch", 2: "time"}}
@@ -105,6 +106,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     # figures, they say the validation split is too small to choose by
     val_metrics = classification_metrics(val.y, predictor.predict(val.X)["probability"], card["threshold"])
     card.update({"test_metrics": metrics, "val_metrics": val_metrics, "calibration_error": metrics["ece"],
+                 "uncertainty_quality": classification_uncertainty_quality(test.y, out["probability"], out["uncertainty"]),
                  "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(SENSOR.onnx)})
     write_json(SENSOR.model_card, card)
     write_reference(SENSOR.reference, sensor_reference(prepared.windows["train"].X, prepared.channels))
@@ -115,7 +117,8 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     }).to_csv(SENSOR.predictions, index=False)
     with stage_run(params.tracking, "sensor", "export", {"export": params.sensor.export.model_dump()}, {"sensor": SENSOR.prepared}):
         mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()},
-                            **{f"val_{k}": v for k, v in val_metrics.items()}})
+                            **{f"val_{k}": v for k, v in val_metrics.items()},
+                            **uncertainty_metrics(card["uncertainty_quality"])})
         if card["quantization"]:
             mlflow.log_metric("quantize_max_abs_diff", card["quantization"]["max_abs_diff_vs_float"])
         mlflow.log_artifact(str(SENSOR.model_card))

@@ -17,6 +17,7 @@ from data.molecules.featurize import (ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MO
 from data.molecules.standardize import MAX_HEAVY_ATOMS
 from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
+from models.mc_dropout import sample_dropout
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.network import MoleculeNet, MoleculePretrainer
 from models.schedules import lr_factor
@@ -132,9 +133,11 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
 
 
 @torch.no_grad()
-def predict_raw(model: MoleculeNet, molecules: Molecules, device: torch.device, batch_size: int = 256) -> np.ndarray:
-    """Raw outputs (n,): standardised values or logits, in eval mode."""
-    model.eval().to(device)
+def predict_raw(model: MoleculeNet, molecules: Molecules, device: torch.device, batch_size: int = 256,
+                dropout: bool = False) -> np.ndarray:
+    """Raw outputs (n,): standardised values or logits, in eval mode (`dropout`: with dropout sampled, one
+    MC-dropout pass)."""
+    (sample_dropout(model) if dropout else model.eval()).to(device)
     order = np.argsort([0 if t is None else len(t) for t in molecules.tokens], kind="stable")  # less padding
     out = np.empty(len(molecules), dtype=np.float32)
     for idx in index_batches(len(molecules), batch_size, None):

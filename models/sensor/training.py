@@ -19,6 +19,7 @@ from torch import nn
 
 from data.sensors.augment import augment
 from models.batching import index_batches
+from models.mc_dropout import sample_dropout
 from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
@@ -76,9 +77,10 @@ def pretrain_encoder(
 
 
 @torch.no_grad()
-def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.device, batch_size: int = 1024) -> np.ndarray:
-    """features (n, 2C, T) -> logits (n,), in eval mode."""
-    model.eval().to(device)
+def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.device, batch_size: int = 1024,
+                   dropout: bool = False) -> np.ndarray:
+    """features (n, 2C, T) -> logits (n,), in eval mode (`dropout`: with dropout sampled, one MC-dropout pass)."""
+    (sample_dropout(model) if dropout else model.eval()).to(device)
     out = [
         model(torch.from_numpy(features[idx]).to(device)).float().cpu()
         for idx in index_batches(len(features), batch_size, None)

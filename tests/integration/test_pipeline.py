@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pandas as pd
 import pytest
 import yaml
 from mlflow import MlflowClient
@@ -13,6 +14,7 @@ from mlflow import MlflowClient
 from contract.manifest import load_verify_key
 from contract.reference import read_reference
 from contract.registry import download_verified
+from models.uncertainty_quality import uncertainty_quality
 from tests.integration.workspace import make_workspace, run
 
 pytestmark = pytest.mark.integration
@@ -96,6 +98,17 @@ def test_predictions_files_follow_the_contract(pipeline):
     molecule = (root / "metrics" / "molecule_predictions.csv").read_text().splitlines()
     assert sensor[0] == "unit,time,label,probability,uncertainty" and len(sensor) > 10
     assert molecule[0] == "smiles,target,prediction,uncertainty" and len(molecule) > 10
+    # the cards' uncertainty quality is that of the test predictions written beside them
+    sensor, molecule = (pd.read_csv(root / "metrics" / f"{f}_predictions.csv") for f in ("sensor", "molecule"))
+    cards = {f: json.loads((root / "artifacts" / f / "export" / "model_card.json").read_text())
+             for f in ("sensor", "molecule")}
+    expected = {"sensor": uncertainty_quality((sensor.probability - sensor.label) ** 2, sensor.uncertainty),
+                "molecule": uncertainty_quality((molecule.prediction - molecule.target).abs(), molecule.uncertainty)}
+    for family, figures in expected.items():
+        got = cards[family]["uncertainty_quality"]
+        assert got["aurc"] == pytest.approx(figures["aurc"], abs=1e-4)
+        assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
+    assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
 
 
 def test_second_repro_is_a_no_op_and_data_is_pushed(pipeline):

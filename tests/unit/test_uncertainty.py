@@ -1,0 +1,102 @@
+"""Uncertainty-quality measures (models/uncertainty_quality.py) and MC-dropout sampling (models/mc_dropout.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from models.mc_dropout import mc_dropout_passes, sample_dropout
+from models.uncertainty_quality import (coverage_at_levels, regression_uncertainty_quality, risk_curve,
+                                        uncertainty_quality)
+
+
+def test_an_uncertainty_that_orders_the_losses_reaches_the_oracle_and_its_reverse_is_worse_than_chance():
+    rng = np.random.default_rng(0)
+    loss = rng.exponential(size=500)
+    best = uncertainty_quality(loss, loss * 3 + 1)  # any increasing function of the loss
+    assert best["aurc"] == pytest.approx(best["aurc_oracle"]) and best["aurc_gain"] == pytest.approx(1.0)
+    assert best["spearman"] == pytest.approx(1.0)
+    worst = uncertainty_quality(loss, -loss)
+    assert worst["aurc_gain"] < -0.5 and worst["spearman"] == pytest.approx(-1.0)
+    noise = uncertainty_quality(loss, rng.normal(size=500))
+    assert abs(noise["aurc_gain"]) < 0.2 and noise["aurc_random"] == pytest.approx(loss.mean())
+
+
+def test_the_risk_curve_is_the_running_mean_loss_and_ties_enter_together():
+    curve = risk_curve(np.array([4.0, 0.0, 2.0]), np.array([3.0, 1.0, 2.0]))
+    assert curve == pytest.approx([0.0, 1.0, 2.0])
+    # the two tied items both stand for their mean, whatever their order in the input
+    assert risk_curve(np.array([0.0, 2.0]), np.array([1.0, 1.0])) == pytest.approx([1.0, 1.0])
+    assert risk_curve(np.array([2.0, 0.0]), np.array([1.0, 1.0])) == pytest.approx([1.0, 1.0])
+    constant = uncertainty_quality(np.array([0.0, 2.0, 1.0]), np.ones(3))
+    assert np.isnan(constant["spearman"]) and constant["aurc_gain"] == pytest.approx(0.0)
+
+
+def test_gaussian_intervals_cover_their_nominal_levels():
+    rng = np.random.default_rng(1)
+    sigma = rng.uniform(0.5, 2.0, size=20000)
+    value = rng.normal(size=20000)
+    y = value + sigma * rng.normal(size=20000)
+    coverage = coverage_at_levels(y, value, sigma)
+    assert set(coverage) == {"0.5", "0.8", "0.9", "0.95"}
+    for level, got in coverage.items():
+        assert got == pytest.approx(float(level), abs=0.01)
+    assert coverage_at_levels(y, value, sigma / 2)["0.9"] < 0.7  # too narrow intervals undercover
+    quality = regression_uncertainty_quality(y, value, sigma)
+    assert quality["spearman"] > 0.2 and quality["coverage"] == coverage
+
+
+def test_bad_shapes_are_a_clear_error():
+    with pytest.raises(ValueError, match="as many losses"):
+        uncertainty_quality(np.zeros(3), np.zeros(2))
+
+
+class _Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.drop, self.out = nn.BatchNorm1d(4), nn.Dropout(0.5), nn.Linear(4, 1)
+
+    def forward(self, x):
+        return self.out(self.drop(self.norm(x))).squeeze(-1)
+
+
+def test_mc_dropout_samples_dropout_only_and_its_passes_repeat_with_the_seed():
+    torch.manual_seed(0)
+    net = _Net()
+    net.train()(torch.randn(64, 4))  # running statistics that differ from a batch's own
+    x = torch.randn(16, 4)
+    sample_dropout(net)
+    assert net.drop.training and not net.norm.training and not net.out.training
+
+    def predict():
+        with torch.no_grad():
+            return sample_dropout(net)(x).numpy()
+
+    passes = mc_dropout_passes(predict, 8, seed=3)
+    assert passes.shape == (8, 16) and passes.std(axis=0).min() > 0  # the passes differ
+    assert np.array_equal(passes, mc_dropout_passes(predict, 8, seed=3))
+    net.eval()
+    with torch.no_grad():
+        deterministic = net(x).numpy()
+    # with dropout off the batch-norm statistics are the running ones: the passes centre on the eval output
+    assert np.abs(passes.mean(axis=0) - deterministic).mean() < np.abs(passes - deterministic).mean()
+    with pytest.raises(ValueError, match="at least one pass"):
+        mc_dropout_passes(predict, 0, seed=0)
+
+
+def test_a_sensor_models_mc_passes_differ_and_a_plain_prediction_after_them_is_deterministic_again():
+    from models.sensor.config import SensorModelConfig
+    from models.sensor.network import SensorClassifier
+    from models.sensor.training import predict_logits
+
+    torch.manual_seed(0)
+    features = np.random.default_rng(0).normal(size=(32, 6, 16)).astype(np.float32)
+    model = SensorClassifier(6, SensorModelConfig(hidden=8, layers=2, dropout=0.3, statistics_bins=0))
+    cpu = torch.device("cpu")
+    passes = mc_dropout_passes(lambda: predict_logits(model, features, cpu, dropout=True), 4, seed=0)
+    assert passes.std(axis=0).min() > 0
+    plain = predict_logits(model, features, cpu)
+    assert not any(m.training for m in model.modules())
+    assert np.array_equal(plain, predict_logits(model, features, cpu))
