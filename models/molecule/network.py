@@ -262,21 +262,21 @@ class MoleculeNet(nn.Module):
 
 
 class MaskedAtomPrediction(nn.Module):
-    """Hide the element of some atoms and predict it from the graph view.
+    """Hide some atoms and predict their element from the graph view. A hidden atom shows none of its own
+    features (each column gets its table's spare mask index, `feature_sizes[i]`): aromaticity, hybridisation and
+    hydrogen count would give the element away. Its bonds and structural encodings stay.
 
     forward(atom_features (N, A), positional, edge_index, bond_features, hidden (N,) bool) -> cross entropy on hidden atoms.
     """
 
-    def __init__(self, encoder: MoleculeEncoder, n_elements: int, hidden: int):
+    def __init__(self, encoder: MoleculeEncoder, feature_sizes: list[int], hidden: int):
         super().__init__()
         self.encoder = encoder
-        self.n_elements = n_elements
-        self.classifier = nn.Linear(hidden, n_elements)
+        self.register_buffer("mask_ids", torch.tensor(feature_sizes, dtype=torch.long), persistent=False)
+        self.classifier = nn.Linear(hidden, feature_sizes[0])
 
     def states(self, atom_features, positional, edge_index, bond_features, hidden):
-        elements = atom_features[:, 0]
-        masked = atom_features.clone()
-        masked[:, 0] = torch.where(hidden, torch.full_like(elements, self.n_elements), elements)
+        masked = torch.where(hidden.unsqueeze(-1), self.mask_ids, atom_features)
         return self.encoder.atoms(masked, positional, edge_index, bond_features)
 
     def loss(self, states, atom_features, hidden) -> torch.Tensor:
@@ -302,11 +302,11 @@ class MoleculePretrainer(nn.Module):
             hidden_atoms (N,) bool, hidden_tokens (G, T) bool) -> (total loss, {name: loss}); descriptors are not used
     """
 
-    def __init__(self, model: MoleculeNet, n_elements: int, vocab_size: int, hidden: int,
+    def __init__(self, model: MoleculeNet, atom_feature_sizes: list[int], vocab_size: int, hidden: int,
                  contrastive_weight: float, temperature: float):
         super().__init__()
         self.model = model
-        self.atoms = MaskedAtomPrediction(model.encoder, n_elements, hidden)
+        self.atoms = MaskedAtomPrediction(model.encoder, atom_feature_sizes, hidden)
         self.token_classifier = nn.Linear(hidden, vocab_size)
         self.graph_projection = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))
         self.smiles_projection = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden))

@@ -102,7 +102,7 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
     single_thread_on_cpu(device)
     torch.manual_seed(cfg.seed)
     model = build_model(vocab_size, max_length, model_cfg)
-    objective = MoleculePretrainer(model, ATOM_FEATURE_SIZES[0], vocab_size, model_cfg.hidden,
+    objective = MoleculePretrainer(model, ATOM_FEATURE_SIZES, vocab_size, model_cfg.hidden,
                                    cfg.contrastive_weight, cfg.temperature)
     rng = np.random.default_rng(cfg.seed)
     with_tokens = molecules.subset([i for i, t in enumerate(molecules.tokens) if t is not None])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from data.molecules.featurize import MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, featurize_smiles
+from data.molecules.featurize import ATOM_FEATURE_SIZES, MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from models.export import CalibratedRegressorEnsemble, export_onnx
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
@@ -150,7 +150,7 @@ def test_training_augmentation_hides_at_most_one_view_per_molecule():
 @pytest.mark.parametrize("device", DEVICES)
 def test_pretraining_objectives_are_finite_and_leave_inputs_alone(device):
     net = model()
-    objective = MoleculePretrainer(net, 13, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5,
+    objective = MoleculePretrainer(net, ATOM_FEATURE_SIZES, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5,
                                    temperature=0.1).to(device)
     batch = tensors(inputs(["CCO", "c1ccncc1", "CC(=O)O"]), device)
     atoms, tokens = batch[0].clone(), batch[MODEL_INPUTS.index("tokens")].clone()
@@ -166,6 +166,28 @@ def test_pretraining_objectives_are_finite_and_leave_inputs_alone(device):
     assert net.smiles_encoder.token_embedding.weight.grad.abs().sum() > 0
     assert net.encoder.positional.weight.grad.abs().sum() > 0
     assert torch.equal(batch[0], atoms) and torch.equal(batch[MODEL_INPUTS.index("tokens")], tokens)
+
+
+def test_a_hidden_atom_shows_none_of_its_own_features():
+    """Masked-atom pretraining: what the graph view sees of a hidden atom does not depend on its features (its
+    aromaticity, hybridisation or hydrogens would give its element away)."""
+    net = model().eval()
+    objective = MoleculePretrainer(net, ATOM_FEATURE_SIZES, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.5,
+                                   temperature=0.1).eval()
+    batch = tensors(inputs(["c1ccncc1", "CCO"]), CPU)
+    names = ["atom_features", "positional", "edge_index", "bond_features"]
+    atoms, positional, edges, bonds = (batch[MODEL_INPUTS.index(n)] for n in names)
+    nitrogen = int(torch.nonzero(atoms[:6, 0] == 1)[0])  # the pyridine N (element 1): aromatic, sp2, no hydrogen
+    other = atoms.clone()
+    other[nitrogen, 1:] = (other[nitrogen, 1:] + 1) % torch.tensor(ATOM_FEATURE_SIZES[1:])  # every other feature moved
+    hidden = torch.zeros(len(atoms), dtype=torch.bool)
+    hidden[nitrogen] = True
+    with torch.no_grad():
+        assert torch.equal(objective.atoms.states(atoms, positional, edges, bonds, hidden),
+                           objective.atoms.states(other, positional, edges, bonds, hidden))
+        shown = torch.zeros_like(hidden)
+        assert not torch.allclose(objective.atoms.states(atoms, positional, edges, bonds, shown),
+                                  objective.atoms.states(other, positional, edges, bonds, shown))
 
 
 @pytest.mark.parametrize("sign_flip", [True, False])
