@@ -27,7 +27,9 @@ ANCHORS = "../shared/ANCHORS.md"
 SENSOR_METHODS = {"hist_gradient_boosting": "HGB", "minirocket": "MiniRocket + logistic regression",
                   "ours_full": "ours", "ours_no_pretraining": "ours, no pretraining",
                   "ours_plain_ce": "ours, plain CE", "ours_no_calibration": "ours, no calibration",
-                  "ours_no_statistics": "ours, no statistics"}
+                  "ours_no_statistics": "ours, no statistics", "recurrent_rnn": "RNN encoder (as many parameters)",
+                  "recurrent_gru": "GRU encoder (as many parameters)",
+                  "recurrent_lstm": "LSTM encoder (as many parameters)"}
 SENSOR_METRICS = {"pr_auc": "PR-AUC", "ece": "ECE", "roc_auc": "ROC-AUC", "recall_at_p90": "recall at P 0.9",
                   "brier": "Brier"}
 # ../shared/ANCHORS.md, test split, +- over 3 seeds; sensor.json does not carry them. (name, PR-AUC, sd, ECE)

@@ -13,6 +13,9 @@ chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothi
 `no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
 probability). Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per
 test unit (`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both classes), to see where a model fails.
+Recurrent baselines (`--variants ... rnn gru lstm`): an Elman RNN, GRU or LSTM encoder (models/sensor/recurrent.py)
+with the parameter count of ours, in the same classifier (statistics branch, head), recipe and calibration, not
+pretrained; their records and `ours_full`'s carry `encoder_parameters` and `ms_per_window` (one member, eager).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +42,8 @@ from models.calibration import calibrated_probability, choose_threshold, ensembl
 from models.metrics import classification_metrics  # noqa: E402
 from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  # noqa: E402
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig  # noqa: E402
+from models.sensor.encoder import SensorEncoder  # noqa: E402
+from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
 from models.sensor.training import finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
 SHARED = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))  # ../shared/data beside the project
@@ -74,9 +80,9 @@ def scores_on_test(test, p_test: np.ndarray, threshold: float) -> dict:
     return {**classification_metrics(test.y, p_test, threshold), "per_unit_pr_auc": per_unit}
 
 
-def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device) -> list:
-    return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device)[0]
-            for i in range(cfg.ensemble_size)]
+def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device, make_encoder=None) -> list:
+    return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device,
+                            make_encoder=make_encoder)[0] for i in range(cfg.ensemble_size)]
 
 
 def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) -> dict:
@@ -130,7 +136,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     robust = SensorFinetuneConfig(**FINETUNE, **ROBUST, seed=seed)
     if {"full", "no_calibration"} & set(variants):
         t = time.time()
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
+        members = members_full = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
         out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
         timings["ours_full"] = time.time() - t
@@ -155,20 +161,59 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         out["ours_plain_ce"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         timings["ours_plain_ce"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] plain CE {out['ours_plain_ce']}", flush=True)
+    for kind in [v for v in variants if v in RECURRENT_KINDS]:
+        t = time.time()
+        ours_size = parameter_count(SensorEncoder(train_x.shape[1], model_cfg))
+        hidden = matched_hidden(kind, train_x.shape[1], ours_size)
+        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device,
+                           lambda channels: RecurrentEncoder(channels, kind, hidden))
+        out[f"recurrent_{kind}"] = {**evaluate_ours(members, val_x, val, test_x, test, True, device),
+                                    "hidden": hidden, "encoder_parameters": parameter_count(members[0].encoder),
+                                    "ours_encoder_parameters": ours_size,
+                                    "ms_per_window": ms_per_window(members[0], test_x, device)}
+        timings[f"recurrent_{kind}"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] {kind} {out[f'recurrent_{kind}']}", flush=True)
+    if "ours_full" in out:
+        out["ours_full"]["encoder_parameters"] = parameter_count(members_full[0].encoder)
+        out["ours_full"]["ms_per_window"] = ms_per_window(members_full[0], test_x, device)
     out["seconds"] = {k: round(v, 1) for k, v in timings.items()}
     return out
 
 
+def ms_per_window(member, features: np.ndarray, device, rounds: int = 3) -> float:
+    """One member's inference time per window (ms), eager PyTorch in batches of 1024, the best of `rounds`."""
+    best = float("inf")
+    for _ in range(rounds):
+        t = time.perf_counter()
+        predict_logits(member, features, device)
+        best = min(best, time.perf_counter() - t)
+    return round(1000 * best / len(features), 4)
+
+
+def commit() -> str:
+    """The code measured: HEAD's short id, `+dirty` when tracked files have changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def merge(key: str, result: dict) -> None:
+    """The condition's record updated with the methods run now (the others stay as measured before); `measured_at`
+    gives the commit each method was last measured at (absent: before records carried it)."""
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    results[key] = result
+    record = results.get(key, {})
+    measured_at = {**record.get("measured_at", {}), **{k: commit() for k, v in result.items()
+                                                        if isinstance(v, dict) and "pr_auc" in v}}
+    seconds = {**record.get("seconds", {}), **result.get("seconds", {})}
+    results[key] = {**record, **result, "seconds": seconds, "measured_at": measured_at}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
-           ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics")]
+           ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
+           ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder")]
 
 
 def table() -> str:
@@ -198,7 +243,9 @@ def main() -> None:
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
-                        choices=["full", "no_pretraining", "plain_ce", "no_statistics"])
+                        choices=["full", "no_pretraining", "plain_ce", "no_statistics", *RECURRENT_KINDS],
+                        help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
+                             "of as many parameters as ours, no pretraining")
     parser.add_argument("--rocket-features", type=int, default=9996)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--table", action="store_true", help="only print the markdown table of the stored results")

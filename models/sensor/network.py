@@ -30,11 +30,13 @@ class SensorClassifier(nn.Module):
     With `cfg.statistics_bins` K > 0 the per-channel window statistics (B, 6C) are piecewise-linear encoded over K
     training-quantile bins (B, 6CK), mapped by a linear layer and ReLU to (B, H) and concatenated to the encoder's
     embedding (B, 2H) before the head. `fit_statistics(train_x)` sets the bins; call it before training.
+    `encoder`: another module in the place of SensorEncoder ((B, 2C, T) -> (B, E), with `embedding_size` E), e.g.
+    the benchmark's recurrent baselines (models/sensor/recurrent.py).
     """
 
-    def __init__(self, in_channels: int, cfg: SensorModelConfig):
+    def __init__(self, in_channels: int, cfg: SensorModelConfig, encoder: nn.Module | None = None):
         super().__init__()
-        self.encoder = SensorEncoder(in_channels, cfg)
+        self.encoder = SensorEncoder(in_channels, cfg) if encoder is None else encoder
         size = self.encoder.embedding_size
         self.statistics = None
         if cfg.statistics_bins:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -141,17 +142,23 @@ def finetune_member(
     device: torch.device,
     checkpoint: str | Path | None = None,
     distributed: DistributedContext | None = None,
+    make_encoder: Callable[[int], nn.Module] | None = None,
 ) -> tuple[SensorClassifier, TrainResult]:
     """One ensemble member: the configured loss, sampling, mixup and curriculum; early stopping on
     validation PR-AUC; a checkpoint every epoch at `checkpoint` (resumed when it matches).
 
     train_x, val_x: (n, 2C, T) features; train_y, val_y: (n,) 0/1.
     distributed: data-parallel in a torchrun process group (models/training.train), on its device.
+    make_encoder: in_channels -> an encoder in the place of SensorEncoder (SensorClassifier's `encoder`), built
+    after seeding; `encoder_state` must then be None.
     """
     if distributed is not None:
         device = distributed.device()
     torch.manual_seed(seed)
-    model = SensorClassifier(train_x.shape[1], model_cfg).fit_statistics(train_x)
+    if make_encoder is not None and encoder_state is not None:
+        raise ValueError("a pretrained encoder state is SensorEncoder's: it does not load into another encoder")
+    encoder = None if make_encoder is None else make_encoder(train_x.shape[1])
+    model = SensorClassifier(train_x.shape[1], model_cfg, encoder).fit_statistics(train_x)
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
     train_y = np.asarray(train_y, dtype=np.float32)
