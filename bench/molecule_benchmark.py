@@ -76,6 +76,8 @@ def settings(params, overrides: dict, args) -> tuple:
         finetune = finetune.model_copy(update={"epochs": args.epochs})
     if args.pretrain_epochs:
         pretrain_cfg = pretrain_cfg.model_copy(update={"epochs": args.pretrain_epochs})
+    if args.distance_weight is not None:
+        pretrain_cfg = pretrain_cfg.model_copy(update={"distance_weight": args.distance_weight})
     return model_cfg, finetune, pretrain_cfg
 
 
@@ -190,6 +192,8 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=None, help="ensemble members (default: molecule.finetune.ensemble_size)")
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
     parser.add_argument("--pretrain-epochs", type=int, default=None)
+    parser.add_argument("--distance-weight", type=float, default=None,
+                        help="molecule.pretrain.distance_weight (the structural pretext task; default: params)")
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
                         "docs/molecule.md); '' to skip")

@@ -19,6 +19,7 @@ from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
 from models.mc_dropout import sample_dropout
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
+from models.molecule.distances import MAX_DISTANCE, distance_pairs
 from models.molecule.network import MoleculeNet, MoleculePretrainer
 from models.schedules import lr_factor
 from models.training import TrainResult, train
@@ -97,13 +98,14 @@ def tensors(arrays: dict[str, np.ndarray], device: torch.device) -> list[torch.T
 
 def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model_cfg: MoleculeModelConfig,
                    cfg: MoleculePretrainConfig, device: torch.device) -> tuple[MoleculeNet, TrainResult]:
-    """Masked atoms + masked tokens + InfoNCE alignment of the graph and SMILES views (see MoleculePretrainer).
+    """Masked atoms + masked tokens + InfoNCE alignment of the graph and SMILES views (+ the distance pretext task
+    with `cfg.distance_weight` > 0; see MoleculePretrainer).
     Returns the model whose graph and SMILES encoders are pretrained (cross-attention, gate and head are not)."""
     single_thread_on_cpu(device)
     torch.manual_seed(cfg.seed)
     model = build_model(vocab_size, max_length, model_cfg)
     objective = MoleculePretrainer(model, ATOM_FEATURE_SIZES, vocab_size, model_cfg.hidden,
-                                   cfg.contrastive_weight, cfg.temperature)
+                                   cfg.contrastive_weight, cfg.temperature, cfg.distance_weight, MAX_DISTANCE + 1)
     rng = np.random.default_rng(cfg.seed)
     with_tokens = molecules.subset([i for i, t in enumerate(molecules.tokens) if t is not None])
     if not len(with_tokens):
@@ -120,8 +122,12 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
             rows, cols = np.nonzero(maskable)
             pick = rng.integers(len(rows))
             hidden_tokens[rows[pick], cols[pick]] = True
+            structure = ()
+            if cfg.distance_weight > 0:
+                pairs, distances = distance_pairs(arrays["edge_index"], arrays["batch"], cfg.distance_pairs, rng)
+                structure = (torch.from_numpy(pairs).to(device), torch.from_numpy(distances).to(device))
             yield (*tensors(arrays, device), torch.from_numpy(hidden_atoms).to(device),
-                   torch.from_numpy(hidden_tokens).to(device))
+                   torch.from_numpy(hidden_tokens).to(device), *structure)
 
     def step(net, batch):
         total, parts = net(*batch)
