@@ -50,13 +50,14 @@ DATASETS = {
     "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
              "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
 }
-VARIANTS = {  # name: (modalities, pretrained, descriptors)
-    "fused_pre": ("fused", True, True), "fused": ("fused", False, True),
+VARIANTS = {  # name: (modalities, pretrained, descriptors); fused_pre_distance: pretrained with the distance task too
+    "fused_pre": ("fused", True, True), "fused": ("fused", False, True), "fused_pre_distance": ("fused", True, True),
     "graph_pre": ("graph", True, True), "graph": ("graph", False, True),
     "smiles_pre": ("smiles", True, True), "smiles": ("smiles", False, True),
     "fused_no_descriptors": ("fused", False, False),
 }
 CPU = torch.device("cpu")
+DISTANCE_WEIGHT = 0.5  # molecule.pretrain.distance_weight of the fused_pre_distance variant
 # Benchmark settings per dataset, over params.yaml's molecule section (the pipeline default stays small and fast;
 # --params-only ignores these). Why each: docs/molecule.md ("Tuning").
 SETTINGS = {
@@ -76,8 +77,6 @@ def settings(params, overrides: dict, args) -> tuple:
         finetune = finetune.model_copy(update={"epochs": args.epochs})
     if args.pretrain_epochs:
         pretrain_cfg = pretrain_cfg.model_copy(update={"epochs": args.pretrain_epochs})
-    if args.distance_weight is not None:
-        pretrain_cfg = pretrain_cfg.model_copy(update={"distance_weight": args.distance_weight})
     return model_cfg, finetune, pretrain_cfg
 
 
@@ -192,8 +191,6 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=None, help="ensemble members (default: molecule.finetune.ensemble_size)")
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
     parser.add_argument("--pretrain-epochs", type=int, default=None)
-    parser.add_argument("--distance-weight", type=float, default=None,
-                        help="molecule.pretrain.distance_weight (the structural pretext task; default: params)")
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
                         "docs/molecule.md); '' to skip")
@@ -259,19 +256,26 @@ def main() -> None:
                 t = time.time()
                 record("chemprop_descriptors", seed,
                        run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs, descriptors=True), time.time() - t)
-            pretrained = None
-            if any(VARIANTS[v][1] for v in args.variants):
-                t = time.time()
-                cfg = pretrain_cfg.model_copy(update={"seed": seed})
-                net, _ = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
-                pretrained = net.state_dict()
-                pretrain_seconds = time.time() - t
-                print(f"{name} pretraining seed {seed}: {pretrain_seconds:.0f} s", flush=True)
+            pretrained = {}  # distance weight -> pretrained state
+
+            def pretrained_state(variant: str) -> dict | None:
+                if not VARIANTS[variant][1]:
+                    return None
+                weight = DISTANCE_WEIGHT if variant.endswith("_distance") else pretrain_cfg.distance_weight
+                if weight not in pretrained:
+                    t = time.time()
+                    cfg = pretrain_cfg.model_copy(update={"seed": seed, "distance_weight": weight})
+                    net, _ = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
+                    pretrained[weight] = net.state_dict()
+                    print(f"{name} pretraining seed {seed} (distance weight {weight}): {time.time() - t:.0f} s", flush=True)
+                return pretrained[weight]
+
             for variant in args.variants:
                 modalities, use_pre, descriptors = VARIANTS[variant]
+                state = pretrained_state(variant)
                 t = time.time()
                 prediction, best = run_ours(data, y, task, tokenizer, model_cfg, finetune, modalities, descriptors,
-                                            pretrained if use_pre else None, seed, members)
+                                            state, seed, members)
                 record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best, members=members,
                        settings={} if args.params_only else SETTINGS[name])
     print(f"wrote {out_path}")

@@ -42,7 +42,7 @@ MOLECULE_METRICS = {"regression": {"rmse": "RMSE", "mae": "MAE", "r2": "R2"},
                     "classification": {"roc_auc": "ROC-AUC", "pr_auc": "PR-AUC", "ece": "ECE"}}
 MOLECULE_METHODS = {"random_forest": "random forest", "chemprop": "chemprop (defaults)",
                     "chemprop_descriptors": "chemprop + our 16 descriptors", "ours_fused": "ours (graph + SMILES)",
-                    "ours_fused_pre": "ours, pretrained", "ours_fused_no_descriptors": "ours, no descriptors",
+                    "ours_fused_pre": "ours, pretrained", "ours_fused_pre_distance": "ours, pretrained with distances", "ours_fused_no_descriptors": "ours, no descriptors",
                     "ours_graph": "ours, no SMILES", "ours_graph_pre": "ours, no SMILES, pretrained",
                     "ours_smiles": "ours, no graph", "ours_smiles_pre": "ours, no graph, pretrained"}
 
