@@ -180,8 +180,34 @@ def flip_name(flip: float) -> str:
     return "clean labels" if flip == 0 else f"{flip:.0%} of training labels flipped"
 
 
+FAULT_TYPE = "skab_fault_type/"
+
+
+def fault_type_section(conditions: dict[tuple[str, float], list[Row]]) -> list[str]:
+    """One table per flip rate: a row per held-out SKAB fault type, test PR-AUC per method, and their mean."""
+    lines = ["### SKAB by fault type", "",
+             "Each fault type held out in turn as the test split; validation is a seeded fifth of the other types' "
+             "runs ([sensor.md](sensor.md#skab-by-fault-type) lists the runs of each type).", ""]
+    for flip in sorted({flip for _, flip in conditions}):
+        groups = sorted(dataset for dataset, f in conditions if f == flip)
+        methods = list(dict.fromkeys(row.name for g in groups for row in conditions[(g, flip)]))
+        body, per_method = [], {m: [] for m in methods}
+        for group in groups:
+            found = {row.name: float(np.mean(row.metrics["pr_auc"])) for row in conditions[(group, flip)]}
+            for method in methods:
+                if method in found:
+                    per_method[method].append(found[method])
+            body.append([group.removeprefix(FAULT_TYPE), *(f"{found[m]:.3f}" if m in found else "" for m in methods)])
+        body.append(["**mean**", *(f"{np.mean(v):.3f}" if len(v) == len(groups) else "" for v in per_method.values())])
+        lines += [f"Held-out fault type, {flip_name(flip)} (test PR-AUC):", "",
+                  tabulate(body, ["held-out fault type", *methods], tablefmt="github", disable_numparse=True), ""]
+    return lines
+
+
 def sensor_section(results: dict, images: Path) -> list[str]:
     conditions = sensor_conditions(results)
+    by_fault_type = {key: rows for key, rows in conditions.items() if key[0].startswith(FAULT_TYPE)}
+    conditions = {key: rows for key, rows in conditions.items() if key not in by_fault_type}
     lines = ["## Sensor failure detector", "",
              "`bench/results/sensor.json` (`bench/sensor_benchmark.py`), test split. "
              "HGB: HistGradientBoosting on window summaries; MiniRocket: its features + logistic "
@@ -196,7 +222,7 @@ def sensor_section(results: dict, images: Path) -> list[str]:
         lines += [f"### {dataset}", "", f"![test PR-AUC on {dataset}](results/{image})", ""]
         for flip in flips:
             lines += [f"{dataset}, {flip_name(flip)}:", "", table(conditions[(dataset, flip)], SENSOR_METRICS), ""]
-    return lines
+    return lines + (fault_type_section(by_fault_type) if by_fault_type else [])
 
 
 def molecule_section(reports: dict[str, dict], images: Path) -> list[str]:

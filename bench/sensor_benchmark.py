@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from data.sensors.config import SensorDataConfig  # noqa: E402
 from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
+from data.sensors.sources import load_skab  # noqa: E402
 from models.calibration import calibrated_probability, choose_threshold, ensemble_probability, select_calibration  # noqa: E402
 from models.metrics import classification_metrics  # noqa: E402
 from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  # noqa: E402
@@ -57,6 +59,17 @@ DATASETS = {
     # the sensors cannot announce. See docs/sensor.md, "SKAB".
     "skab": dict(source="skab", path=SHARED / "skab", window=32, stride=4, horizon=0, split="unit",
                  unit_order="shuffled", drop_constant=True, val_fraction=0.2, test_fraction=0.2),
+}
+# SKAB grouped by fault type (docs/sensor.md, "SKAB by fault type"): `--protocol fault_type` holds each group out in
+# turn as the test split; validation is a seeded fifth of the other groups' runs, so nothing chooses by the held-out kind.
+SKAB_FAULT_TYPES = {
+    "valve1": [f"valve1/{i}" for i in range(16)],           # the valve at the pump's inlet closed
+    "valve2": [f"valve2/{i}" for i in range(4)],            # the valve at the pump's outlet closed
+    "fluid_leak_or_addition": [f"other/{i}" for i in range(1, 5)],
+    "rotor_imbalance": [f"other/{i}" for i in range(5, 10)],
+    "water_volume_increase": ["other/10", "other/11"],
+    "cavitation": ["other/12", "other/13"],
+    "hot_water": ["other/14"],
 }
 # statistics_bins: the window-statistics branch (piecewise-linear encoded, models/sensor/piecewise.py); why:
 # docs/sensor.md, "SKAB". The `no_statistics` variant is the same model without it.
@@ -97,9 +110,28 @@ def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) ->
     return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
 
 
-def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int) -> dict:
+def skab_fault_type_config(group: str, flip: float, seed: int, folder: Path) -> SensorDataConfig:
+    """SKAB with the runs of fault type `group` as test, a seeded fifth of the other runs as validation: a
+    `split` column in a Parquet file under `folder` (the pipeline's column split reads it)."""
+    frame = load_skab(SHARED / "skab")
+    kind = frame["unit"].map({run: name for name, runs in SKAB_FAULT_TYPES.items() for run in runs})
+    if kind.isna().any():
+        raise SystemExit(f"SKAB runs of no fault type: {sorted(set(frame['unit'][kind.isna()]))}")
+    others = sorted(set(frame["unit"][kind != group]))
+    val_runs = set(np.random.default_rng(seed).choice(others, size=max(1, round(0.2 * len(others))), replace=False))
+    frame["split"] = np.where(kind == group, "test", np.where(frame["unit"].isin(val_runs), "val", "train"))
+    path = folder / f"skab_{group}.parquet"
+    frame.to_parquet(path, index=False)
+    skab = {k: v for k, v in DATASETS["skab"].items() if k not in ("source", "path", "split", "unit_order",
+                                                                  "val_fraction", "test_fraction")}
+    return SensorDataConfig(source="file", path=path, split="column", **skab, train_label_flip_rate=flip, seed=seed)
+
+
+def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int,
+                  cfg: SensorDataConfig | None = None) -> dict:
+    """`dataset`'s DATASETS entry, or `cfg` when given (the fault-type protocol), with `variants` of ours."""
     device = torch.device("cpu")
-    cfg = SensorDataConfig(**DATASETS[dataset], train_label_flip_rate=flip, seed=seed)
+    cfg = cfg or SensorDataConfig(**DATASETS[dataset], train_label_flip_rate=flip, seed=seed)
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
     out = {"dataset": dataset, "flip": flip, "seed": seed, "windows": prepared.report["windows"],
@@ -246,6 +278,9 @@ def main() -> None:
                         choices=["full", "no_pretraining", "plain_ce", "no_statistics", *RECURRENT_KINDS],
                         help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
                              "of as many parameters as ours, no pretraining")
+    parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
+                        help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")
+    parser.add_argument("--groups", nargs="+", default=list(SKAB_FAULT_TYPES), choices=list(SKAB_FAULT_TYPES))
     parser.add_argument("--rocket-features", type=int, default=9996)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--table", action="store_true", help="only print the markdown table of the stored results")
@@ -254,6 +289,17 @@ def main() -> None:
         print(table())
         return
     torch.set_num_threads(args.threads)
+    if args.protocol == "fault_type":
+        with tempfile.TemporaryDirectory(prefix="skab-fault-type-") as folder:
+            for group in args.groups:
+                for flip in args.flips:
+                    for seed in args.seeds:
+                        cfg = skab_fault_type_config(group, flip, seed, Path(folder))
+                        merge(f"skab_fault_type/{group}/flip{flip}/seed{seed}",
+                              run_condition(f"skab_fault_type/{group}", flip, seed, args.variants,
+                                            args.rocket_features, cfg))
+        print(table())
+        return
     for dataset in args.datasets:
         for flip in args.flips:
             for seed in args.seeds:
