@@ -46,6 +46,7 @@ from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig  # noqa: E402
 from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
+from models.sensor.network import SensorClassifier  # noqa: E402
 from models.sensor.training import finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
 SHARED = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))  # ../shared/data beside the project
@@ -202,7 +203,11 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         out[f"recurrent_{kind}"] = {**evaluate_ours(members, val_x, val, test_x, test, True, device),
                                     "hidden": hidden, "encoder_parameters": parameter_count(members[0].encoder),
                                     "ours_encoder_parameters": ours_size,
-                                    "ms_per_window": ms_per_window(members[0], test_x, device)}
+                                    "ms_per_window": ms_per_window(members[0], test_x, device),
+                                    # ours at its default size, untrained (the cost does not depend on the weights)
+                                    "ours_ms_per_window": ms_per_window(
+                                        SensorClassifier(train_x.shape[1], model_cfg).fit_statistics(train_x), test_x,
+                                        device)}
         timings[f"recurrent_{kind}"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] {kind} {out[f'recurrent_{kind}']}", flush=True)
     if "ours_full" in out:
