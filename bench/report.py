@@ -198,7 +198,7 @@ def fault_type_section(conditions: dict[tuple[str, float], list[Row]]) -> list[s
                 if method in found:
                     per_method[method].append(found[method])
             body.append([group.removeprefix(FAULT_TYPE), *(f"{found[m]:.3f}" if m in found else "" for m in methods)])
-        body.append(["**mean**", *(f"{np.mean(v):.3f}" if len(v) == len(groups) else "" for v in per_method.values())])
+        body.append([f"**mean of {len(groups)} held-out types**", *(f"{np.mean(v):.3f}" if len(v) == len(groups) else "" for v in per_method.values())])
         lines += [f"Held-out fault type, {flip_name(flip)} (test PR-AUC):", "",
                   tabulate(body, ["held-out fault type", *methods], tablefmt="github", disable_numparse=True), ""]
     return lines
