@@ -35,6 +35,7 @@ from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, MetaData,
                         delete, event, func, inspect, select, text, tuple_)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DatabaseError, IntegrityError
 
 DEFAULT_URL = "sqlite:///mlflow/predictions.db"
 SUMMARY_DIGITS = 6
@@ -117,10 +118,21 @@ def create_tables(engine: Engine) -> None:
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    metadata.create_all(engine)
+    _despite_others(lambda: metadata.create_all(engine))
     _add_missing_columns(engine)
     for index in predictions.indexes:  # create_all skips the indexes of a table that exists
-        index.create(engine, checkfirst=True)
+        _despite_others(lambda: index.create(engine, checkfirst=True))
+
+
+def _despite_others(create, attempts: int = 3) -> None:
+    """Run `create` (a checkfirst CREATE); another thread or process that creates the same thing between its
+    check and its CREATE makes it fail with "already exists": it is run again, and then finds it."""
+    for attempt in range(attempts):
+        try:
+            return create()
+        except DatabaseError as error:  # PostgreSQL may say so as a duplicate key in its catalogue
+            if attempt == attempts - 1 or not (isinstance(error, IntegrityError) or "already exists" in str(error)):
+                raise
 
 
 def _add_missing_columns(engine: Engine) -> None:

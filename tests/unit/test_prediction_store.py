@@ -1,15 +1,17 @@
 """The prediction store (contract/prediction_store.py): SQLite rows go to the driver exactly as SQLAlchemy's insert
 would write them; a store made before the rollout columns gets them, keeps its rows, and takes the new rows; the
-rollout reader pairs shadow rows with outcomes."""
+rollout reader pairs shadow rows with outcomes; two threads creating the tables of a new store at the same
+moment both succeed."""
 
 from __future__ import annotations
 
 import datetime
 import sqlite3
+import threading
 
 from sqlalchemy import inspect
 
-from contract.prediction_store import ADDED_COLUMNS, connect, insert_predictions, predictions, read_predictions, \
+from contract.prediction_store import ADDED_COLUMNS, connect, create_tables, engine_for, insert_predictions, predictions, read_predictions, \
     read_rollout, record_outcomes
 
 OLD_SCHEMA = """CREATE TABLE predictions (id VARCHAR(32) PRIMARY KEY, created_at DATETIME NOT NULL,
@@ -66,3 +68,26 @@ def test_a_shadow_row_takes_the_outcome_of_the_answered_row_of_its_request_and_i
     rows = {r["id"]: r for r in read_rollout(engine, "sensor", "m", "2", ["shadow", "challenger"], limit=100)}
     assert {key: r["observed"] for key, r in rows.items()} == {"s1": 1.0, "s2": None, "s3": None, "k1": 0.0}
     assert [r["id"] for r in read_rollout(engine, "sensor", "m", "1", ["champion"], limit=1)] in (["c1"], ["c2"])
+
+
+def test_two_threads_creating_the_tables_of_a_new_store_at_once_both_succeed(tmp_path):
+    """The service's monitoring round and a /v1/feedback call may both be the first to use the store."""
+    for attempt in range(5):
+        engine = engine_for(f"sqlite:///{tmp_path / f'store-{attempt}.db'}")
+        start, errors = threading.Barrier(2), []
+
+        def create() -> None:
+            start.wait()
+            try:
+                create_tables(engine)
+            except Exception as error:  # noqa: BLE001 (the test reports it)
+                errors.append(error)
+
+        threads = [threading.Thread(target=create) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert set(inspect(engine).get_table_names()) == {"predictions", "outcomes"}
+        assert {i["name"] for i in inspect(engine).get_indexes("predictions")} == {i.name for i in predictions.indexes}
