@@ -96,7 +96,7 @@ def sensor_condition(params, dataset: str, flip: float, seed: int, passes: int) 
     torch.manual_seed(seed)
     encoder_state = None
     if sensor.pretrain.enabled and sensor.finetune.use_pretrained:  # training windows only, as the pipeline
-        encoder, _ = pretrain_encoder(x["train"], sensor.model, sensor.pretrain.model_copy(update={"seed": seed}), CPU)
+        encoder, _, _ = pretrain_encoder(x["train"], sensor.model, sensor.pretrain.model_copy(update={"seed": seed}), CPU)
         encoder_state = encoder.state_dict()
     cfg = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
     members = [sensor_member(x["train"], y["train"], x["val"], y["val"], sensor.model, cfg, encoder_state, seed + i,

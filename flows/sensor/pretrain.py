@@ -33,17 +33,17 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
     logged = {"model": cfg.model.model_dump(), "pretrain": cfg.pretrain.model_dump()}
     with stage_run(params.tracking, "sensor", "pretrain", logged, {"sensor": SENSOR.prepared}):
         if not cfg.pretrain.enabled:
-            save_state({"encoder": None}, SENSOR.pretrained)
+            save_state({"encoder": None, "decoder": None}, SENSOR.pretrained)
             print("sensor pretraining disabled")
             return
         prepared = load_windows()
         featurizer = WindowFeaturizer(prepared.channels).fit(prepared.windows["train"].X)
         unlabelled = prepared.windows["train"].X
-        encoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
+        encoder, decoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
-        save_state({"encoder": encoder.state_dict(), "model": cfg.model.model_dump(), "history": result.history},
-                   SENSOR.pretrained)
+        save_state({"encoder": encoder.state_dict(), "decoder": decoder.state_dict(), "model": cfg.model.model_dump(),
+                    "history": result.history}, SENSOR.pretrained)
         mlflow.log_artifact(str(SENSOR.pretrained))
         print(f"sensor encoder pretrained on {len(unlabelled)} windows; final loss {result.history[-1]['train_loss']:.4f}")
 

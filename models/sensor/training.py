@@ -52,8 +52,9 @@ class PretrainObjective(nn.Module):
 
 def pretrain_encoder(
     features: np.ndarray, model_cfg: SensorModelConfig, cfg: SensorPretrainConfig, device: torch.device
-) -> tuple[SensorEncoder, TrainResult]:
-    """Self-supervised pretraining on unlabelled windows. features: (n, 2C, T) -> trained encoder."""
+) -> tuple[SensorEncoder, nn.Conv1d, TrainResult]:
+    """Self-supervised pretraining on unlabelled windows. features: (n, 2C, T) -> the trained encoder and the
+    masked-reconstruction decoder ((B, H, T) -> (B, C, T), the novelty score's: models/sensor/novelty.py)."""
     torch.manual_seed(cfg.seed)
     n_channels = features.shape[1] // 2
     encoder = SensorEncoder(features.shape[1], model_cfg)
@@ -74,7 +75,7 @@ def pretrain_encoder(
         objective, batches, lambda model, batch: model(*batch), None,
         epochs=cfg.epochs, lr=cfg.lr, device=device, desc="pretrain sensor",
     )
-    return encoder.cpu(), result
+    return encoder.cpu(), objective.reconstruction.decoder.cpu(), result
 
 
 @torch.no_grad()

@@ -99,7 +99,7 @@ def test_mixup_mixes_windows_labels_and_weights_alike():
 def test_pretraining_with_both_objectives_runs_and_learns(device):
     x, _ = data(n=64)
     cfg = SensorPretrainConfig(epochs=3, batch_size=32, lr=0.01)
-    encoder, result = pretrain_encoder(x, TINY, cfg, device)
+    encoder, decoder, result = pretrain_encoder(x, TINY, cfg, device)
     losses = [r["train_loss"] for r in result.history]
     assert np.isfinite(losses).all() and losses[-1] < losses[0]
     assert set(encoder.state_dict()) == set(sensor_training.SensorClassifier(4, TINY).encoder.state_dict())

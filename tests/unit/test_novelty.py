@@ -1,0 +1,142 @@
+"""The departure-from-normal score (models/sensor/novelty.py) and its combination with the supervised probability
+(models/sensor/combination.py): every observed value reconstructed once with its span hidden, references shrunk to
+the fleet's, monotone calibration, the earliest windows of each unit, the score rising on a fault no training
+window showed, and the combination rule chosen by cross-fitted validation NLL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+from data.sensors.featurize import WindowFeaturizer
+from models.sensor.combination import RULES, choose_rule, combined_probability, fit_rule
+from models.sensor.config import SensorModelConfig, SensorPretrainConfig
+from models.sensor.encoder import SensorEncoder
+from models.sensor.novelty import (PATTERNS, PRIOR_WINDOWS, NoveltyCalibrator, NoveltyScorer, departure, first_windows,
+                                   fit_monotone_logistic, fit_reference, score_windows)
+from models.sensor.training import MASK_SPAN, pretrain_encoder
+
+TINY = SensorModelConfig(hidden=16, layers=2, dropout=0.0, attention_layers=1, heads=2, projection=8)
+CHANNELS = ["a", "b", "c"]
+
+
+def healthy(n: int, rng: np.random.Generator, length: int = 32) -> np.ndarray:
+    """(n, 3, T) smooth daily-cycle-like signals with noise, a random phase per window and channel."""
+    t = np.arange(length)
+    phase = rng.uniform(0, 2 * np.pi, (n, len(CHANNELS), 1))
+    return np.sin(2 * np.pi * t / 16 + phase) + 0.05 * rng.normal(size=(n, len(CHANNELS), length))
+
+
+def test_every_observed_value_is_reconstructed_once_with_its_span_hidden():
+    torch.manual_seed(0)
+    encoder, decoder = SensorEncoder(6, TINY), torch.nn.Conv1d(TINY.hidden, 3, 1)
+    scorer = NoveltyScorer(encoder, decoder, 3, MASK_SPAN).eval()
+    hidden = scorer.hidden_steps(30)
+    assert hidden.shape == (PATTERNS, 30) and (hidden.sum(0) == 1).all()  # each step hidden by one pattern
+    x = torch.randn(5, 6, 30)
+    x[:, 3:] = (torch.rand(5, 3, 30) > 0.2).float()  # observed-masks: a fifth missing
+    x[:, :3] *= x[:, 3:]
+    x[4, 3:] = 0.0  # a window with nothing observed
+    with torch.no_grad():
+        embedding, error = scorer(x)
+        squared, count = torch.zeros(5), torch.zeros(5)
+        for k in range(PATTERNS):
+            keep = (~hidden[k]).float()
+            recon = decoder(encoder.sequence(x * keep))
+            target = hidden[k] & (x[:, 3:] > 0.5)
+            squared += (((recon - x[:, :3]) ** 2) * target).sum(dim=(1, 2))
+            count += target.sum(dim=(1, 2))
+        expected = squared / count.clamp(min=1)
+        assert torch.allclose(error, expected, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(embedding, encoder(x))
+    assert error[4] == 0
+
+
+def test_a_reference_is_shrunk_towards_the_fleet_by_its_length():
+    rng = np.random.default_rng(0)
+    fleet = fit_reference(rng.normal(0, 1, (4000, 3)), np.full(4000, 0.1))
+    assert np.allclose(fleet.mean, 0, atol=0.05) and np.allclose(fleet.scale, 1, atol=0.05)
+    none = fit_reference(np.empty((0, 3)), np.empty(0), fleet)
+    assert none.windows == 0 and np.array_equal(none.mean, fleet.mean)
+    own = rng.normal(5, 0.2, (400, 3))
+    long = fit_reference(own, np.full(400, 1.0), fleet)
+    short = fit_reference(own[:8], np.full(8, 1.0), fleet)
+    assert np.allclose(long.mean, 5, atol=0.15) and np.allclose(long.scale, 0.2, atol=0.25)
+    weight = 8 / (8 + PRIOR_WINDOWS)
+    assert np.allclose(short.mean, weight * own[:8].mean(0) + (1 - weight) * fleet.mean, atol=1e-5)
+    assert (short.scale > long.scale).all()  # a short reference is not trusted to be as tight
+    assert short.log_error == pytest.approx(weight * np.log(1.0) + (1 - weight) * np.log(0.1), abs=1e-4)
+    with pytest.raises(ValueError, match="at least one window"):
+        fit_reference(np.empty((0, 3)), np.empty(0))
+
+
+def test_departure_measures_distance_and_error_against_each_windows_reference():
+    mean, scale = np.zeros((2, 2), np.float32), np.ones((2, 2), np.float32)
+    got = departure(np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([0.1, 1.0]), mean, scale, np.log([0.1, 0.1]))
+    assert got[1, 0] == pytest.approx(np.log(12.5), abs=1e-4)  # mean of 9 and 16
+    assert got[0, 1] == pytest.approx(0, abs=1e-4) and got[1, 1] == pytest.approx(np.log(10), abs=1e-4)
+
+
+def test_the_monotone_logistic_never_weighs_a_departure_negatively():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(4000, 2))
+    y = (rng.random(4000) < 1 / (1 + np.exp(-(1.5 * x[:, 0] - 1.0 * x[:, 1] - 1)))).astype(int)
+    weights, intercept = fit_monotone_logistic(x, y)
+    assert weights[0] == pytest.approx(1.5, rel=0.15) and weights[1] == 0.0  # the negative one is held at 0
+    calibrator = NoveltyCalibrator().fit(x, y)
+    assert abs(calibrator.predict_proba(x).mean() - y.mean()) < 0.02
+    with pytest.raises(ValueError, match="both classes"):
+        NoveltyCalibrator().fit(x, np.zeros(4000))
+
+
+def test_the_earliest_windows_of_each_unit_are_its_reference_whatever_the_order():
+    units = np.array(["b", "a", "b", "a", "b", "a", "c"])
+    times = np.array([30, 9, 10, 7, 20, 8, 1])
+    assert first_windows(units, times, 2).tolist() == [False, False, True, True, True, True, True]
+
+
+def test_the_novelty_score_rises_on_a_fault_no_training_window_showed():
+    """Pretrained on healthy windows only; the injected fault (one channel's swing tripled, a kind the training data
+    never shows) departs from the unit's own reference in both the embedding and the reconstruction error, where
+    windows of the same unit without it do not."""
+    rng = np.random.default_rng(0)
+    train = healthy(512, rng)
+    featurizer = WindowFeaturizer(CHANNELS).fit(train)
+    encoder, decoder, _ = pretrain_encoder(featurizer.transform(train), TINY,
+                                           SensorPretrainConfig(epochs=6, batch_size=64, lr=0.003, seed=0),
+                                           torch.device("cpu"))
+    scorer = NoveltyScorer(encoder, decoder, len(CHANNELS), MASK_SPAN)
+    fleet = fit_reference(*score_windows(scorer, featurizer.transform(train)))
+    reference, clean = healthy(24, rng), healthy(200, rng)
+    faulty = clean.copy()
+    faulty[:, 1] *= 3.0
+    ref = fit_reference(*score_windows(scorer, featurizer.transform(reference)), fleet)
+    scores = {}
+    for name, windows in (("clean", clean), ("faulty", faulty)):
+        embeddings, errors = score_windows(scorer, featurizer.transform(windows))
+        n = len(windows)
+        scores[name] = departure(embeddings, errors, np.tile(ref.mean, (n, 1)), np.tile(ref.scale, (n, 1)),
+                                 np.full(n, ref.log_error))
+    labels = np.r_[np.zeros(200), np.ones(200)]
+    for column in range(2):  # 0: embedding distance, 1: reconstruction error
+        assert roc_auc_score(labels, np.r_[scores["clean"][:, column], scores["faulty"][:, column]]) > 0.9
+
+
+def test_the_rule_of_lowest_cross_fitted_nll_is_chosen_and_stays_calibrated():
+    rng = np.random.default_rng(2)
+    n = 6000
+    groups = np.repeat(np.arange(30), n // 30)
+    kind = rng.choice([0, 1, 2], n, p=[0.8, 0.1, 0.1])  # normal, a fault the classifier knows, one only novelty sees
+    p_failure = np.clip(np.where(kind == 1, rng.beta(8, 2, n), rng.beta(2, 8, n)), 1e-3, 1 - 1e-3)
+    p_novel = np.clip(np.where(kind == 2, rng.beta(8, 2, n), rng.beta(2, 8, n)), 1e-3, 1 - 1e-3)
+    y = (kind > 0).astype(int)
+    fitted, scores = choose_rule(p_failure, p_novel, y, groups)
+    assert set(scores) == set(RULES) and fitted["rule"] == min(scores, key=scores.get)
+    assert fitted["rule"] in ("stacker", "max") and scores["supervised"] > scores[fitted["rule"]]
+    assert abs(combined_probability(p_failure, p_novel, fitted).mean() - y.mean()) < 0.01
+    # where only the classifier carries the signal, novelty gets no weight
+    y = (kind == 1).astype(int)
+    fitted = fit_rule("stacker", p_failure, rng.permutation(p_novel), y)
+    assert fitted["weights"][0] > 1 and fitted["weights"][1] < 0.1
