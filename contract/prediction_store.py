@@ -118,13 +118,13 @@ def create_tables(engine: Engine) -> None:
     database = engine.url.database
     if engine.dialect.name == "sqlite" and database and database != ":memory:":
         Path(database).parent.mkdir(parents=True, exist_ok=True)
-    _despite_others(lambda: metadata.create_all(engine))
+    create_despite_others(lambda: metadata.create_all(engine))
     _add_missing_columns(engine)
     for index in predictions.indexes:  # create_all skips the indexes of a table that exists
-        _despite_others(lambda: index.create(engine, checkfirst=True))
+        create_despite_others(lambda: index.create(engine, checkfirst=True))
 
 
-def _despite_others(create, attempts: int = 3) -> None:
+def create_despite_others(create, attempts: int = 3) -> None:
     """Run `create` (a checkfirst CREATE); another thread or process that creates the same thing between its
     check and its CREATE makes it fail with "already exists": it is run again, and then finds it."""
     for attempt in range(attempts):

@@ -33,6 +33,7 @@ from models.sensor.config import (
     SensorCalibrateConfig,
     SensorFinetuneConfig,
     SensorModelConfig,
+    SensorNoveltyConfig,
     SensorPretrainConfig,
 )
 
@@ -45,6 +46,7 @@ class SensorParams(StrictModel):
     pretrain: SensorPretrainConfig = Field(default_factory=SensorPretrainConfig)
     finetune: SensorFinetuneConfig = Field(default_factory=SensorFinetuneConfig)
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
+    novelty: SensorNoveltyConfig = Field(default_factory=SensorNoveltyConfig)
     baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
     sweep: SweepConfig = Field(default_factory=SweepConfig)
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)

@@ -40,6 +40,10 @@ class StagePaths:
         return self.artifacts / "calibration.json"
 
     @property
+    def novelty(self) -> Path:
+        return self.artifacts / "novelty.json"
+
+    @property
     def baseline(self) -> Path:
         return self.artifacts / "baseline.json"
 

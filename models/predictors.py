@@ -6,6 +6,7 @@ parameters, alert threshold and test metrics.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs,
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
 from models.onnx_runtime import load_session, run
+from models.sensor.departure import Reference, fit_reference, reference_from_dict
 
 
 class IncompatibleModelError(ValueError):
@@ -22,21 +24,64 @@ class IncompatibleModelError(ValueError):
 
 
 class SensorPredictor:
-    """Raw windows (n, C, T) with NaN gaps -> failure probability, uncertainty and alert flag, each (n,)."""
+    """Raw windows (n, C, T) with NaN gaps -> failure probability, uncertainty and alert flag, each (n,).
+
+    A model exported with the novelty score (its card has `novelty`) also answers `novelty` (P(abnormal) against
+    each window's unit reference, the fleet's normal where a window has none), `combined` (the two combined by the
+    rule chosen on validation) and `source` (which part reached its own threshold); its `alert` is then the combined
+    probability at the combined threshold. `reference(windows)` fits a unit's reference from its healthy windows.
+    """
 
     def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
         self.card = card
         self.session, self.provider = load_session(onnx_path, prefer_cuda)
         self.featurizer = WindowFeaturizer.from_dict(card["featurizer"])
         self.threshold = float(card["threshold"])
+        novelty = card.get("novelty")
+        self.fleet = None if novelty is None else reference_from_dict(novelty["fleet_reference"])
+        self.thresholds = None if novelty is None else novelty["thresholds"]
 
-    def predict(self, windows: np.ndarray) -> dict[str, np.ndarray]:
-        outputs = run(self.session, {"features": self.featurizer.transform(windows)})
-        return {
-            "probability": outputs["probability"],
-            "uncertainty": outputs["uncertainty"],
-            "alert": outputs["probability"] >= self.threshold,
-        }
+    @property
+    def has_novelty(self) -> bool:
+        return self.fleet is not None
+
+    def graph_inputs(self, windows: np.ndarray, references: Sequence[Reference | None] | None = None
+                     ) -> dict[str, np.ndarray]:
+        """The graph's inputs for windows (n, C, T): features, and with novelty each window's reference (None: the
+        fleet's)."""
+        features = self.featurizer.transform(windows)
+        if not self.has_novelty:
+            return {"features": features}
+        chosen = [self.fleet if r is None else r for r in (references or [None] * len(features))]
+        if len(chosen) != len(features):
+            raise ValueError(f"{len(chosen)} references for {len(features)} windows: give one per window")
+        return {"features": features,
+                "reference_mean": np.stack([r.mean for r in chosen]).reshape(len(chosen), -1).astype(np.float32),
+                "reference_scale": np.stack([r.scale for r in chosen]).reshape(len(chosen), -1).astype(np.float32),
+                "reference_log_error": np.array([r.log_error for r in chosen], dtype=np.float32)}
+
+    def _run(self, windows: np.ndarray, references: Sequence[Reference | None] | None) -> dict[str, np.ndarray]:
+        return run(self.session, self.graph_inputs(windows, references))
+
+    def predict(self, windows: np.ndarray, references: Sequence[Reference | None] | None = None) -> dict[str, np.ndarray]:
+        """windows (n, C, T); references: one per window (None: the fleet's normal), ignored without novelty."""
+        outputs = self._run(windows, references)
+        answer = {"probability": outputs["probability"], "uncertainty": outputs["uncertainty"]}
+        if not self.has_novelty:
+            return {**answer, "alert": outputs["probability"] >= self.threshold}
+        failure = outputs["probability"] >= self.threshold
+        novel = outputs["novelty"] >= self.thresholds["novelty"]
+        source = np.where(failure & novel, "both", np.where(failure, "failure", np.where(novel, "novelty", "combined")))
+        alert = outputs["combined"] >= self.thresholds["combined"]
+        return {**answer, "novelty": outputs["novelty"], "combined": outputs["combined"], "alert": alert,
+                "source": np.where(alert, source, None)}
+
+    def reference(self, windows: np.ndarray) -> Reference:
+        """A unit's reference from its healthy windows (n, C, T), n >= 1, shrunk to the fleet's normal."""
+        if not self.has_novelty:
+            raise ValueError("this model has no novelty score: it takes no unit references")
+        outputs = self._run(windows, None)
+        return fit_reference(outputs["embedding"], outputs["reconstruction_error"], self.fleet)
 
 
 class MoleculePredictor:

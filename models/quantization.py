@@ -22,25 +22,32 @@ from onnxruntime.quantization.shape_inference import quant_pre_process
 
 
 class _Batches(CalibrationDataReader):
-    """Feeds `features` (n, 2C, T) to the calibrator in batches."""
+    """Feeds the graph's inputs ({name: (n, ...)}) to the calibrator in batches."""
 
-    def __init__(self, features: np.ndarray, batch_size: int):
-        self._batches = iter([{"features": features[i:i + batch_size]} for i in range(0, len(features), batch_size)])
+    def __init__(self, inputs: dict[str, np.ndarray], batch_size: int):
+        n = len(next(iter(inputs.values())))
+        self._batches = iter([{name: value[i:i + batch_size] for name, value in inputs.items()}
+                              for i in range(0, n, batch_size)])
 
     def get_next(self) -> dict | None:
         return next(self._batches, None)
 
 
-def quantize_sensor_model(source: str | Path, target: str | Path, calibration: np.ndarray, batch_size: int = 64) -> Path:
+def quantize_sensor_model(source: str | Path, target: str | Path, calibration: np.ndarray | dict[str, np.ndarray],
+                          batch_size: int = 64) -> Path:
     """Write an int8 version of the float ONNX model `source` to `target`: static int8 Conv calibrated on
-    `calibration` (n, 2C, T) float32 featurised windows (e.g. validation; never test), then dynamic int8 MatMul."""
-    if len(calibration) == 0:
+    `calibration` (n, 2C, T) float32 featurised windows (e.g. validation; never test), or the graph's inputs by name
+    for a graph that takes more (the novelty graph's references), then dynamic int8 MatMul."""
+    if not isinstance(calibration, dict):
+        calibration = {"features": calibration}
+    calibration = {name: np.asarray(value, dtype=np.float32) for name, value in calibration.items()}
+    if len(calibration["features"]) == 0:
         raise ValueError("quantisation needs at least one calibration window")
     target = Path(target)
     with tempfile.TemporaryDirectory(prefix="quantize-") as tmp:
         prepared, convs = Path(tmp) / "prepared.onnx", Path(tmp) / "static_conv.onnx"
         quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)  # ORT's symbolic pass fails here
-        quantize_static(str(prepared), str(convs), _Batches(np.asarray(calibration, dtype=np.float32), batch_size),
+        quantize_static(str(prepared), str(convs), _Batches(calibration, batch_size),
                         quant_format=QuantFormat.QOperator, op_types_to_quantize=["Conv"], per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
                         calibrate_method=CalibrationMethod.MinMax, reduce_range=True)

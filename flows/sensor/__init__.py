@@ -1,1 +1,1 @@
-"""The sensor failure detector's stages: prepare, pretrain, finetune, calibrate, baseline, export, register."""
+"""The sensor failure detector's stages: prepare, pretrain, finetune, calibrate, novelty, baseline, export, register."""

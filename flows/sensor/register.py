@@ -25,12 +25,18 @@ from models.metrics import classification_metrics
 from models.predictors import SensorPredictor
 
 
-def signature(n_channels: int) -> ModelSignature:
-    """Dynamic batch and time; 2C feature channels (values, then observed-masks)."""
+def signature(card: dict) -> ModelSignature:
+    """Dynamic batch and time; 2C feature channels (values, then observed-masks); with the novelty score, each
+    window's unit reference (E embedding dimensions) in, the novelty outputs out."""
+    float32 = np.dtype(np.float32)
+    channels = 2 * len(card["channels"])
+    embedding = len(card["novelty"]["fleet_reference"]["mean"]) if "novelty" in card else None
+    input_shapes = {"features": (-1, channels, -1), "reference_mean": (-1, embedding),
+                    "reference_scale": (-1, embedding), "reference_log_error": (-1,)}
     return ModelSignature(
-        inputs=Schema([TensorSpec(np.dtype(np.float32), (-1, 2 * n_channels, -1), "features")]),
-        outputs=Schema([TensorSpec(np.dtype(np.float32), (-1,), "probability"),
-                        TensorSpec(np.dtype(np.float32), (-1,), "uncertainty")]),
+        inputs=Schema([TensorSpec(float32, input_shapes[name], name) for name in card["inputs"]]),
+        outputs=Schema([TensorSpec(float32, (-1, embedding) if name == "embedding" else (-1,), name)
+                        for name in card["outputs"]]),
     )
 
 
@@ -40,7 +46,7 @@ def register(params, card: dict, test, new_task: bool, baseline: dict[str, float
         out = SensorPredictor(onnx_path, champion_card, prefer_cuda=False).predict(test.X)
         return classification_metrics(test.y, out["probability"], champion_card["threshold"])
 
-    return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(len(card["channels"])),
+    return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(card),
                              champion_metrics, signing_key(params.tracking), new_task,
                              extra_files={REFERENCE: SENSOR.reference}, baseline=baseline,
                              test_positives=int(test.y.sum()))

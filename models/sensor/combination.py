@@ -1,20 +1,21 @@
 """The supervised failure probability and the novelty probability combined into one calibrated probability.
 
-A rule maps the two probabilities to logit features; a monotone logistic regression (weights >= 0) fitted on
-validation windows turns them into the combined probability, so every rule's output is calibrated on validation
-like the parts. Rules (RULES; add one by registering its feature map):
+A rule names the base logits it uses (BASES: the failure logit, the novelty logit, the logit of the larger of the
+two probabilities); a monotone logistic regression (weights >= 0) fitted on validation windows turns them into the
+combined probability, so every rule's output is calibrated on validation like the parts. Rules (RULES; add one by
+registering its bases):
 
-* supervised: the classifier's logit alone;
+* supervised: the failure logit alone;
 * novelty: the novelty logit alone;
-* stacker: both logits;
+* stacker: both;
 * max: the logit of the larger probability.
 
-`choose_rule` keeps the rule of lowest cross-fitted validation NLL (folds grouped by unit, as the calibration's).
+A fitted rule is its weights over all BASES (zero for the unused ones) and an intercept: the exported graph computes
+every base and needs nothing else (models/sensor/alert.py). `choose_rule` keeps the rule of lowest cross-fitted
+validation NLL (folds grouped by unit, as the calibration's).
 """
 
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 from sklearn.model_selection import GroupKFold
@@ -23,7 +24,13 @@ from models.calibration import binary_nll
 from models.sensor.novelty import fit_monotone_logistic
 
 CLIP = 1e-6
-RULES: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {}
+BASES = ("failure", "novelty", "larger")
+RULES: dict[str, tuple[str, ...]] = {
+    "supervised": ("failure",),
+    "novelty": ("novelty",),
+    "stacker": ("failure", "novelty"),
+    "max": ("larger",),
+}
 
 
 def logit(p: np.ndarray) -> np.ndarray:
@@ -31,42 +38,24 @@ def logit(p: np.ndarray) -> np.ndarray:
     return np.log(p / (1 - p))
 
 
-def rule(name: str):
-    def register(features: Callable[[np.ndarray, np.ndarray], np.ndarray]):
-        RULES[name] = features
-        return features
-    return register
-
-
-@rule("supervised")
-def _supervised(p_failure: np.ndarray, p_novel: np.ndarray) -> np.ndarray:
-    return logit(p_failure)[:, None]
-
-
-@rule("novelty")
-def _novelty(p_failure: np.ndarray, p_novel: np.ndarray) -> np.ndarray:
-    return logit(p_novel)[:, None]
-
-
-@rule("stacker")
-def _stacker(p_failure: np.ndarray, p_novel: np.ndarray) -> np.ndarray:
-    return np.stack([logit(p_failure), logit(p_novel)], axis=1)
-
-
-@rule("max")
-def _max(p_failure: np.ndarray, p_novel: np.ndarray) -> np.ndarray:
-    return logit(np.maximum(p_failure, p_novel))[:, None]
+def base_logits(p_failure: np.ndarray, p_novel: np.ndarray) -> np.ndarray:
+    """(n, len(BASES)) the logits every rule chooses from."""
+    return np.stack([logit(p_failure), logit(p_novel), logit(np.maximum(p_failure, p_novel))], axis=1)
 
 
 def fit_rule(name: str, p_failure: np.ndarray, p_novel: np.ndarray, y: np.ndarray) -> dict:
-    """{"rule", "weights", "intercept"} of rule `name` fitted on validation probabilities (n,) and labels (n,)."""
-    weights, intercept = fit_monotone_logistic(RULES[name](p_failure, p_novel), y)
+    """{"rule", "weights" (one per BASES), "intercept"} of rule `name` fitted on validation probabilities (n,) and
+    labels (n,)."""
+    used = [BASES.index(base) for base in RULES[name]]
+    fitted, intercept = fit_monotone_logistic(base_logits(p_failure, p_novel)[:, used], y)
+    weights = np.zeros(len(BASES))
+    weights[used] = fitted
     return {"rule": name, "weights": [float(w) for w in weights], "intercept": intercept}
 
 
 def combined_probability(p_failure: np.ndarray, p_novel: np.ndarray, fitted: dict) -> np.ndarray:
     """(n,) the combined probability of a fitted rule."""
-    z = RULES[fitted["rule"]](p_failure, p_novel) @ np.asarray(fitted["weights"]) + fitted["intercept"]
+    z = base_logits(p_failure, p_novel) @ np.asarray(fitted["weights"]) + fitted["intercept"]
     return 1 / (1 + np.exp(-z))
 
 

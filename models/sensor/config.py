@@ -1,5 +1,5 @@
 """The sensor sections of params.yaml that belong to the model: `sensor.model`, `sensor.pretrain`,
-`sensor.finetune`, `sensor.calibrate` and `sensor.baseline`."""
+`sensor.finetune`, `sensor.calibrate`, `sensor.novelty` and `sensor.baseline`."""
 
 from __future__ import annotations
 
@@ -96,6 +96,18 @@ class SensorCalibrateConfig(StrictModel):
     methods: list[Literal["temperature", "isotonic"]] = Field(
         default_factory=lambda: ["temperature", "isotonic"],
         description="candidates; the one with the lowest cross-validated validation NLL is kept")
+
+
+class SensorNoveltyConfig(StrictModel):
+    """The departure-from-normal score next to the failure probability (models/sensor/novelty.py), fitted on
+    validation; it needs the pretrained encoder and decoder (off when pretraining is)."""
+
+    enabled: bool = True
+    reference_steps: int = Field(100, ge=1, description="a unit's first rows, taken as its normal when validation "
+                                 "and test windows are scored (the service takes the healthy windows a user sends)")
+    rules: list[Literal["supervised", "novelty", "stacker", "max"]] = Field(
+        default_factory=lambda: ["supervised", "novelty", "stacker", "max"], min_length=1,
+        description="combination rules to choose from by cross-fitted validation NLL (models/sensor/combination.py)")
 
 
 class SensorBaselineConfig(StrictModel):

@@ -1,7 +1,7 @@
 """The departure-from-normal score (models/sensor/novelty.py) and its combination with the supervised probability
-(models/sensor/combination.py): every observed value reconstructed once with its span hidden, references shrunk to
+(models/sensor/combination.py), with references and departures (models/sensor/departure.py): every observed value reconstructed once with its span hidden, references shrunk to
 the fleet's, monotone calibration, the earliest windows of each unit, the score rising on a fault no training
-window showed, and the combination rule chosen by cross-fitted validation NLL."""
+window showed, the combination rule chosen by cross-fitted validation NLL, and the combined ONNX graph's parity."""
 
 from __future__ import annotations
 
@@ -11,11 +11,16 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from data.sensors.featurize import WindowFeaturizer
+from models.export import export_onnx
+from models.onnx_runtime import load_session, run
+from models.sensor.alert import INPUT_AXES, OUTPUTS, AlertModel
+from models.sensor.calibrated import calibrated_ensemble
 from models.sensor.combination import RULES, choose_rule, combined_probability, fit_rule
 from models.sensor.config import SensorModelConfig, SensorPretrainConfig
 from models.sensor.encoder import SensorEncoder
-from models.sensor.novelty import (PATTERNS, PRIOR_WINDOWS, NoveltyCalibrator, NoveltyScorer, departure, first_windows,
-                                   fit_monotone_logistic, fit_reference, score_windows)
+from models.sensor.network import SensorClassifier
+from models.sensor.departure import PRIOR_WINDOWS, departure, first_windows, fit_reference
+from models.sensor.novelty import PATTERNS, NoveltyCalibrator, NoveltyScorer, fit_monotone_logistic, score_windows
 from models.sensor.training import MASK_SPAN, pretrain_encoder
 
 TINY = SensorModelConfig(hidden=16, layers=2, dropout=0.0, attention_layers=1, heads=2, projection=8)
@@ -139,4 +144,39 @@ def test_the_rule_of_lowest_cross_fitted_nll_is_chosen_and_stays_calibrated():
     # where only the classifier carries the signal, novelty gets no weight
     y = (kind == 1).astype(int)
     fitted = fit_rule("stacker", p_failure, rng.permutation(p_novel), y)
-    assert fitted["weights"][0] > 1 and fitted["weights"][1] < 0.1
+    assert fitted["weights"][0] > 1 and fitted["weights"][1] < 0.1 and fitted["weights"][2] == 0  # "larger" unused
+
+
+def test_the_combined_graph_answers_in_onnx_runtime_as_in_pytorch_and_as_the_numpy_parts(tmp_path):
+    """Each window against its own reference (distinct rows), at another batch size than the export's example."""
+    torch.manual_seed(0)
+    rng = np.random.default_rng(3)
+    featurizer = WindowFeaturizer(CHANNELS).fit(healthy(64, rng))
+    x = featurizer.transform(healthy(64, rng))
+    members = [SensorClassifier(6, TINY).fit_statistics(x).eval() for _ in range(2)]
+    ensemble = calibrated_ensemble(members, {"method": "temperature", "temperature": 1.5})
+    scorer = NoveltyScorer(SensorEncoder(6, TINY), torch.nn.Conv1d(TINY.hidden, 3, 1), 3, MASK_SPAN).eval()
+    novelty = {"weights": [0.8, 0.5], "intercept": -1.0}
+    rule = {"rule": "stacker", "weights": [1.0, 0.7, 0.0], "intercept": -0.2}
+    model = AlertModel(ensemble, scorer, novelty, rule).eval()
+
+    def inputs(n: int) -> dict[str, np.ndarray]:
+        size = 2 * TINY.hidden
+        return {"features": featurizer.transform(healthy(n, rng)),
+                "reference_mean": rng.normal(size=(n, size)).astype(np.float32),
+                "reference_scale": rng.uniform(0.5, 2, (n, size)).astype(np.float32),
+                "reference_log_error": rng.normal(size=n).astype(np.float32)}
+
+    path = export_onnx(model, {k: torch.from_numpy(v) for k, v in inputs(4).items()}, INPUT_AXES, OUTPUTS,
+                       tmp_path / "alert.onnx")
+    feeds = inputs(9)
+    got = run(load_session(path, prefer_cuda=False)[0], feeds)
+    with torch.no_grad():
+        expected = model(*(torch.from_numpy(v) for v in feeds.values()))
+    for name, value in zip(OUTPUTS, expected):
+        assert np.allclose(got[name], value.numpy(), atol=1e-5, rtol=1e-4), name
+    departures = departure(got["embedding"], got["reconstruction_error"], feeds["reference_mean"],
+                           feeds["reference_scale"], feeds["reference_log_error"])
+    p_novel = 1 / (1 + np.exp(-(departures @ np.array(novelty["weights"]) + novelty["intercept"])))
+    assert np.allclose(got["novelty"], p_novel, atol=1e-5)
+    assert np.allclose(got["combined"], combined_probability(got["probability"], got["novelty"], rule), atol=1e-5)
