@@ -21,6 +21,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from contract.prediction_store import engine_for, resolve_url
 from contract.registry import CHALLENGER, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
@@ -45,6 +46,7 @@ from serving.schemas import (
 )
 from serving.settings import ServingSettings
 from serving.store import ModelStore
+from serving.units import UnitReferences, units_router
 
 log = logging.getLogger("serving")
 PAGE = Path(__file__).parent / "static" / "index.html"
@@ -110,7 +112,10 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
     store = store or build_store(settings)
     metrics = ServiceMetrics()
-    predictions = Predictions(store, settings, metrics)
+    units = UnitReferences(engine_for(resolve_url(Path(settings.params_file).resolve().parent,
+                                                  settings.prediction_store)),
+                           settings.max_units, settings.units_refresh_s)  # the novelty score's unit references
+    predictions = Predictions(store, settings, metrics, units)
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
     prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
     rollout = Rollout(settings, store, predictions, prediction_log, metrics)  # champion, shadow or canary
@@ -259,7 +264,9 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse, openapi_extra=sensor_body,
              responses=predict_errors)
     async def predict_sensor(request: Request) -> Response:
-        """Failure probability, alert flag and uncertainty per window (body: SensorRequest)."""
+        """Failure probability, alert flag and uncertainty per window (body: SensorRequest); with a model that has
+        a novelty score also the novelty score against each window's unit reference, the combined alert
+        probability and the part that raised the alert."""
         body = _parse_json(await request.body(), request.headers.get("content-type", ""), SensorRequest)
         check_count(len(body.windows), settings.max_items, "windows")
         windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
@@ -297,6 +304,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
                 "problems": store.problems, "rollout": rollout.describe()}
 
     v1.include_router(feedback_router(prediction_log, settings.max_items))
+    v1.include_router(units_router(units, lambda: predictions.model_of("sensor"), settings.max_items))
     v1.include_router(monitoring_router(monitor))
     app.include_router(v1)
     app.include_router(protocol_router(settings, store, predictions, rollout, monitor, metrics))

@@ -10,6 +10,8 @@ MEANING = {
     401: "missing or wrong key: send `Authorization: Bearer <key>`",
     403: "the route is disabled on this service",
     404: "no such model, or not the version being served",
+    409: "the request conflicts with the service's state (e.g. the served model takes no unit references, or the "
+         "unit limit is reached): what and why is in `detail`",
     413: "the body is larger than SERVING_MAX_BODY_BYTES",
     415: "the body was not sent as `Content-Type: application/json`",
     422: "the request does not fit the API or the model: what and where is in `detail`",

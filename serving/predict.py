@@ -11,9 +11,12 @@ import math
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from contract.registry import CHALLENGER, CHAMPION
+from models.sensor.departure import Reference
 from serving.batching import Batcher
 from serving.domain import assess, unusable
 from serving.featurizing import Featurizer, Molecule, molecule_bytes
@@ -21,6 +24,7 @@ from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
 from serving.store import ModelStore
+from serving.units import UnitReferences
 
 
 FUSED, GRAPH_ONLY = "fused", "graph_only"  # the views of a molecule the model answered from
@@ -34,11 +38,29 @@ def _number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+@dataclass(frozen=True)
+class SensorItems:
+    """One request's windows (n, T, C), each one's unit reference (None: the fleet's) and the model version the
+    references were fitted for; sliced by the batcher like the windows alone."""
+
+    windows: np.ndarray
+    references: Sequence[Reference | None]
+    version: str
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return SensorItems(self.windows[index], self.references[index], self.version)
+        return self.windows[index]
+
+
 class Predictions:
     """Owns the batchers and the featurisation pool; `start` and `stop` belong to the app's lifespan."""
 
-    def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics):
-        self.store, self.inline_items = store, settings.inline_max_items
+    def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics, units: UnitReferences):
+        self.store, self.inline_items, self.units = store, settings.inline_max_items, units
         self.min_similarity = settings.monitor_min_similarity
         batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)
         self.batchers = {}
@@ -67,11 +89,22 @@ class Predictions:
             raise NotReady(f"no {family} challenger is loaded: {self.store.problems.get(f'{family}.{role}', 'none')}")
         return model
 
-    async def predict_windows(self, windows: np.ndarray, role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
-        """Windows (n, T, C) float32, NaN for missing readings -> per window `failure_probability`, `alert`,
-        `uncertainty`, and the model (of `role`) that answered."""
-        answers, model = await self.batchers["sensor", role].submit(windows)
-        return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u in answers], model
+    async def predict_windows(self, windows: np.ndarray, role: str = CHAMPION,
+                              units: Sequence[str | None] | None = None) -> tuple[list[dict], LoadedModel]:
+        """Windows (n, T, C) float32, NaN for missing readings, and each one's unit (or None) -> per window
+        `failure_probability`, `alert`, `uncertainty` (and with a novelty score `novelty_score`, `alert_probability`,
+        `alert_source`, `reference`), and the model (of `role`) that answered."""
+        model = self.model_of("sensor", role)
+        references = kinds = None
+        if model.predictor.has_novelty:
+            references, kinds = await asyncio.to_thread(self.units.references, units or [None] * len(windows), model)
+        answers, model = await self.batchers["sensor", role].submit(
+            SensorItems(windows, references or [None] * len(windows), model.version))
+        if kinds is None:
+            return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u, *_ in answers], model
+        return [{"failure_probability": p, "alert": a, "uncertainty": u, "novelty_score": n, "alert_probability": c,
+                 "alert_source": source, "reference": kind}
+                for (p, a, u, n, c, source), kind in zip(answers, kinds)], model
 
     async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability`, `uncertainty` and
@@ -92,20 +125,25 @@ class Predictions:
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 
-    async def _run_sensor(self, role: str, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+    async def _run_sensor(self, role: str, parts: list[SensorItems]) -> tuple[list[list[tuple]], LoadedModel]:
         if sum(len(part) for part in parts) <= self.inline_items:  # cheaper than a thread hop, for either role
             return self._sensor_call(role, parts)
         return await asyncio.get_running_loop().run_in_executor(self._threads["sensor", role], self._sensor_call,
                                                                 role, parts)
 
-    def _sensor_call(self, role: str, parts: list[np.ndarray]) -> tuple[list[list[tuple]], LoadedModel]:
+    def _sensor_call(self, role: str, parts: list[SensorItems]) -> tuple[list[list[tuple]], LoadedModel]:
         model = self.model_of("sensor", role)
+        if any(part.version != model.version for part in parts):  # references fitted for another version
+            raise NotReady("the sensor model changed while the request waited; retry")
         try:
-            out = model.predictor.predict(np.concatenate(parts).transpose(0, 2, 1))
+            out = model.predictor.predict(np.concatenate([part.windows for part in parts]).transpose(0, 2, 1),
+                                          [r for part in parts for r in part.references])
         except ValueError as error:  # the model was swapped for one with another input layout
             raise NotReady(f"the sensor model changed while the request waited; retry ({error})") from None
-        rows = list(zip(out["probability"].tolist(), out["alert"].tolist(), out["uncertainty"].tolist()))
-        return _split(rows, parts), model
+        columns = [out["probability"].tolist(), out["alert"].tolist(), out["uncertainty"].tolist()]
+        if "novelty" in out:
+            columns += [out["novelty"].tolist(), out["combined"].tolist(), out["source"].tolist()]
+        return _split(list(zip(*columns)), parts), model
 
     async def _run_molecule(self, role: str, parts: list[list]) -> tuple[list[list[tuple]], LoadedModel]:
         return await asyncio.get_running_loop().run_in_executor(self._threads["molecule", role], self._molecule_call,

@@ -47,6 +47,7 @@ class ShadowItems:
     items: np.ndarray | Sequence[str]
     record: Record
     failed_answers: Callable[[], list[dict]]
+    units: Sequence[str] | None = None  # sensor windows: each one's unit (its novelty reference)
 
 
 def canary_fraction(request_id: str) -> float:
@@ -85,8 +86,9 @@ class Rollout:
         def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
             self.log.record_windows(windows, answers, model, units, times, call)
 
-        return await self._serve("sensor", windows, lambda role: self.predictions.predict_windows(windows, role),
-                                 record, lambda: [{} for _ in range(len(windows))], pinned)
+        return await self._serve("sensor", windows,
+                                 lambda role: self.predictions.predict_windows(windows, role, units),
+                                 record, lambda: [{} for _ in range(len(windows))], pinned, units)
 
     async def smiles(self, smiles: Sequence[str], pinned: bool = False) -> tuple[list[dict], LoadedModel]:
         """SMILES -> the answers (with their `prediction_id`, or an `error`) and the model that gave them (the
@@ -98,7 +100,8 @@ class Rollout:
                                  record, lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles], pinned)
 
     async def _serve(self, family: str, items: np.ndarray | Sequence[str], predict: ModelCall, record: Record,
-                     failed_answers: Callable[[], list[dict]], pinned: bool = False) -> tuple[list[dict], LoadedModel]:
+                     failed_answers: Callable[[], list[dict]], pinned: bool = False,
+                     units: Sequence[str] | None = None) -> tuple[list[dict], LoadedModel]:
         request_id = new_request_id()
         role = self.role_for(family, request_id, pinned)
         if role == CHALLENGER:
@@ -110,7 +113,7 @@ class Rollout:
                 pass
         answers, model = await self._call(family, CHAMPION, request_id, predict, record, failed_answers)
         if self.mode == SHADOW:
-            self._shadow(family, ShadowItems(request_id, items, record, failed_answers))
+            self._shadow(family, ShadowItems(request_id, items, record, failed_answers, units))
         return answers, model
 
     async def _call(self, family: str, role: str, request_id: str, predict: ModelCall, record: Record,
@@ -167,13 +170,16 @@ class Rollout:
         if model is None:  # the challenger went away while the items waited: nothing to run or log
             return
         if family == "sensor":
-            together, predict = np.concatenate([w.items for w in waiting]), self.predictions.predict_windows
+            units = [u for w in waiting for u in (w.units or [None] * len(w.items))]
+            together = np.concatenate([w.items for w in waiting])
+            predict = lambda: self.predictions.predict_windows(together, CHALLENGER, units)  # noqa: E731
         else:
-            together, predict = [smiles for w in waiting for smiles in w.items], self.predictions.predict_smiles
+            together = [smiles for w in waiting for smiles in w.items]
+            predict = lambda: self.predictions.predict_smiles(together, CHALLENGER)  # noqa: E731
         self.metrics.model_requests.labels(family, SHADOW).inc(len(waiting))
         start = time.perf_counter()
         try:
-            answers, model = await predict(together, CHALLENGER)
+            answers, model = await predict()
             failed = False
         except BatcherClosed:  # the service stops: no verdict on the model
             return

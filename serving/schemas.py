@@ -28,8 +28,19 @@ class SensorPrediction(BaseModel):
     prediction_id: str | None = Field(None, description="this answer's id in the prediction log: send outcomes for it "
                                       "to /v1/feedback (absent when SERVING_PREDICTION_LOG=false)")
     failure_probability: float
-    alert: bool = Field(description="failure_probability >= the model's calibrated alert threshold")
+    alert: bool = Field(description="alert_probability >= its threshold with a novelty score, else "
+                        "failure_probability >= the model's calibrated alert threshold")
     uncertainty: float = Field(description="standard deviation of the ensemble members' probabilities")
+    novelty_score: float | None = Field(None, description="models with a novelty score: the calibrated probability "
+                                        "that the window departs from its unit's normal (its reference, or the "
+                                        "training fleet's where `reference` is `fleet`)")
+    alert_probability: float | None = Field(None, description="models with a novelty score: failure probability and "
+                                            "novelty score combined by the rule chosen on validation, calibrated")
+    alert_source: Literal["failure", "novelty", "both", "combined"] | None = Field(
+        None, description="with an alert: the part that reached its own threshold (`combined`: neither alone)")
+    reference: Literal["unit", "fleet"] | None = Field(
+        None, description="what the novelty score compared with: the unit's own reference (PUT "
+                          "/v1/sensor/units/{unit}/reference), or the fleet's normal (no unit, or none kept for it)")
 
 
 class SensorResponse(BaseModel):
@@ -71,13 +82,19 @@ class SensorRequest(BaseModel):
                     "(`null` for a missing reading); exactly the model's `window` steps each, see /v1/models; "
                     "at most SERVING_MAX_ITEMS windows",
     )
+    unit: Unit | None = Field(None, description="optional: the machine all the windows come from (or `units`)")
     units: list[Unit] | None = Field(None, description="optional: the machine each window comes from, one per window; "
-                                     "with `times`, outcomes can later be sent by unit and time to /v1/feedback")
+                                     "its reference scores the novelty, and with `times` outcomes can later be sent "
+                                     "by unit and time to /v1/feedback")
     times: list[Time] | None = Field(None, description="optional: each window's time (of its last step) on the unit's "
                                      "own clock, a number such as a cycle count or Unix seconds, one per window")
 
     @model_validator(mode="after")
     def one_unit_and_time_per_window(self) -> "SensorRequest":
+        if self.unit is not None:
+            if self.units is not None:
+                raise ValueError("give `unit` (one for all windows) or `units` (one per window), not both")
+            self.units, self.unit = [self.unit] * len(self.windows), None
         for name in ("units", "times"):
             given = getattr(self, name)
             if given is not None and len(given) != len(self.windows):

@@ -36,6 +36,7 @@ class Models:
     def __init__(self, challenger_fails: bool = False):
         self.challenger_fails, self.release = challenger_fails, asyncio.Event()
         self.challenger_calls: list[int] = []  # items per challenger call of predict_windows
+        self.challenger_units: list = []  # the windows' units per challenger call
 
     def model_of(self, family, role):
         return Model("1", "champion") if role == "champion" else Model("2", "challenger")
@@ -47,10 +48,11 @@ class Models:
             await self.release.wait()
         return [{"failure_probability": 0.5}], self.model_of("sensor", role)
 
-    async def predict_windows(self, windows, role):
+    async def predict_windows(self, windows, role, units=None):
         """The shadow path: one answer per window, its probability the window's first reading."""
         if role == "challenger":
             self.challenger_calls.append(len(windows))
+            self.challenger_units.append(units)
             if self.challenger_fails:
                 raise RuntimeError("broken challenger")
             await self.release.wait()
@@ -104,7 +106,8 @@ def test_requests_in_shadow_are_bounded_run_together_and_logged_under_each_answe
         models = Models()
         serving, recorded, metrics = rollout("shadow", models, shadow_max_pending=3)
         for i in range(5):
-            _, model = await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}])
+            _, model = await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}],
+                                            units=None if i == 1 else [f"pump-{i}"])
             assert model.version == "1"  # answered without waiting for the shadow
         assert len(recorded) == 5 and count(metrics, "serving_shadow_dropped_total", family="sensor") == 2
         models.release.set()
@@ -117,6 +120,7 @@ def test_requests_in_shadow_are_bounded_run_together_and_logged_under_each_answe
 
     models, recorded, metrics = asyncio.run(scenario())
     assert models.challenger_calls == [3]  # the three requests' windows in one challenger call
+    assert models.challenger_units == [["pump-0", None, "pump-2"]]  # each window's unit goes with it
     shadows = [(call, answers) for version, call, answers in recorded if call.role == "shadow"]
     answered = [call.request_id for version, call, _ in recorded if call.role == "champion"]
     assert [call.request_id for call, _ in shadows] == answered[:3]
