@@ -8,6 +8,7 @@ import sys
 
 import pandas as pd
 import pytest
+from sklearn.metrics import average_precision_score
 import yaml
 from mlflow import MlflowClient
 
@@ -86,7 +87,8 @@ def test_every_stage_run_carries_lineage(pipeline):
         experiment = client.get_experiment_by_name(family)
         runs = client.search_runs([experiment.experiment_id])
         stages = {r.data.tags["stage"] for r in runs}
-        assert stages == {"prepare", "pretrain", "finetune", "calibrate", "baseline", "export", "register"}
+        assert stages == {"prepare", "pretrain", "finetune", "calibrate", "baseline", "export", "register"} | (
+            {"novelty"} if family == "sensor" else set())
         for r in runs:
             assert r.data.tags[f"data.{family}.dvc_md5"] == prepared_md5
             assert r.data.tags["git_commit"].startswith(commit)
@@ -96,7 +98,7 @@ def test_predictions_files_follow_the_contract(pipeline):
     root, _ = pipeline
     sensor = (root / "metrics" / "sensor_predictions.csv").read_text().splitlines()
     molecule = (root / "metrics" / "molecule_predictions.csv").read_text().splitlines()
-    assert sensor[0] == "unit,time,label,probability,uncertainty" and len(sensor) > 10
+    assert sensor[0] == "unit,time,label,probability,uncertainty,novelty,combined" and len(sensor) > 10
     assert molecule[0] == "smiles,target,prediction,uncertainty" and len(molecule) > 10
     # the cards' uncertainty quality is that of the test predictions written beside them
     sensor, molecule = (pd.read_csv(root / "metrics" / f"{f}_predictions.csv") for f in ("sensor", "molecule"))
@@ -109,6 +111,12 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc"] == pytest.approx(figures["aurc"], abs=1e-4)
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
+    # the novelty score's test figures are those of the predictions written beside them
+    novelty = cards["sensor"]["novelty"]
+    for part in ("novelty", "combined"):
+        assert novelty["test_metrics"][part]["pr_auc"] == pytest.approx(
+            average_precision_score(sensor.label, sensor[part]), abs=1e-3)
+    assert novelty["combination"]["rule"] in {"supervised", "novelty", "stacker", "max"}
 
 
 def test_second_repro_is_a_no_op_and_data_is_pushed(pipeline):
