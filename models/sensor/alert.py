@@ -47,7 +47,8 @@ class AlertModel(nn.Module):
         embedding, error = self.scorer(features)
         distance = (((embedding - reference_mean) / reference_scale) ** 2).mean(dim=-1)
         departure = torch.stack([torch.log(distance + EPS), torch.log(error + EPS) - reference_log_error], dim=-1)
-        novelty = torch.sigmoid(departure @ self.novelty_weights + self.novelty_intercept)
+        # weighted sums written elementwise: a MatMul with a vector of weights breaks int8 quantisation's MatMul pass
+        novelty = torch.sigmoid((departure * self.novelty_weights).sum(dim=-1) + self.novelty_intercept)
         bases = torch.stack([_logit(probability), _logit(novelty), _logit(torch.maximum(probability, novelty))], dim=-1)
-        combined = torch.sigmoid(bases @ self.rule_weights + self.rule_intercept)
+        combined = torch.sigmoid((bases * self.rule_weights).sum(dim=-1) + self.rule_intercept)
         return probability, uncertainty, novelty, combined, embedding, error
