@@ -16,6 +16,11 @@ test unit (`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both class
 Recurrent baselines (`--variants ... rnn gru lstm`): an Elman RNN, GRU or LSTM encoder (models/sensor/recurrent.py)
 with the parameter count of ours, in the same classifier (statistics branch, head), recipe and calibration, not
 pretrained; their records and `ours_full`'s carry `encoder_parameters` and `ms_per_window` (one member, eager).
+Novelty (`--variants full novelty`): the departure-from-normal score of the pretrained encoder and its decoder
+(models/sensor/novelty.py), each unit against its first REFERENCE_STEPS rows, calibrated on validation: alone
+(`ours_novelty`), combined with `full` by the rule validation chooses (`ours_combined`, models/sensor/combination.py)
+or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), and combined with every unit scored against the
+training fleet's normal (`ours_combined_fleet`).
 """
 
 from __future__ import annotations
@@ -47,7 +52,10 @@ from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, Sensor
 from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
 from models.sensor.network import SensorClassifier  # noqa: E402
-from models.sensor.training import finetune_member, predict_logits, pretrain_encoder  # noqa: E402
+from models.sensor.combination import choose_rule, combined_probability, fit_rule  # noqa: E402
+from models.sensor.departure import against_own_references, first_windows, fit_reference, reference_windows  # noqa: E402
+from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows  # noqa: E402
+from models.sensor.training import MASK_SPAN, finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
 SHARED = Path(os.environ.get("SHARED_DATA_DIR", ROOT.parent / "shared" / "data"))  # ../shared/data beside the project
 RESULTS = ROOT / "bench" / "results" / "sensor.json"
@@ -85,6 +93,8 @@ ROBUST = dict(loss={"terms": {"gce": 1.0}, "gce_q": 0.3}, mixup_alpha=0.2, small
 FINETUNE = dict(epochs=20, batch_size=128, lr=0.0005, patience=4, ensemble_size=3, checkpoint=False)
 PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
 TARGET_PRECISION = 0.8
+REFERENCE_STEPS = 100  # a unit's first rows taken as its normal (SKAB runs and CMAPSS engines start healthy)
+FIXED_RULES = ("stacker", "max")  # ablations: the combination rule fixed instead of chosen on validation
 
 
 def scores_on_test(test, p_test: np.ndarray, threshold: float) -> dict:
@@ -99,16 +109,58 @@ def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, devi
                             make_encoder=make_encoder)[0] for i in range(cfg.ensemble_size)]
 
 
-def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) -> dict:
+def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The ensemble's validation and test probabilities (calibrated on validation, or the plain mean)."""
     logits_val = np.stack([predict_logits(m, val_x, device) for m in members], 1)
     logits_test = np.stack([predict_logits(m, test_x, device) for m in members], 1)
     if calibrate:
         calibration, cv_nll = select_calibration(logits_val, val.y, val.unit, ["temperature", "isotonic"])
         p_val, p_test = calibrated_probability(logits_val, calibration), calibrated_probability(logits_test, calibration)
-        extra = {"calibration": calibration["method"], "cv_nll": cv_nll}
-    else:
-        p_val, p_test, extra = ensemble_probability(logits_val), ensemble_probability(logits_test), {}
+        return p_val, p_test, {"calibration": calibration["method"], "cv_nll": cv_nll}
+    return ensemble_probability(logits_val), ensemble_probability(logits_test), {}
+
+
+def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) -> dict:
+    p_val, p_test, extra = ours_probabilities(members, val_x, val, test_x, calibrate, device)
     return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
+
+
+def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, window: int, stride: int,
+                     device) -> dict:
+    """Novelty only, and combined with the supervised probability by the rule validation chooses, each unit scored
+    against its first REFERENCE_STEPS rows (shrunk to the fleet's normal); and combined with the fleet's normal as
+    every unit's reference (what a unit without its own reference gets)."""
+    scored = {split: score_windows(scorer, x[split]) for split in ("train", "val", "test")}
+    healthy = windows["train"].y == 0  # training labels, flipped ones included: what a user has
+    fleet = fit_reference(scored["train"][0][healthy], scored["train"][1][healthy])
+    count = reference_windows(REFERENCE_STEPS, window, stride)
+
+    def features(split: str, own: bool) -> np.ndarray:
+        embeddings, errors = scored[split]
+        units = windows[split].unit
+        marked = first_windows(units, windows[split].time, count) if own else np.zeros(len(units), bool)
+        return against_own_references(embeddings, errors, units, marked, fleet)
+
+    val, test = windows["val"], windows["test"]
+    p_val, p_test, _ = ours_probabilities(members, x["val"], val, x["test"], True, device)
+    out = {}
+    for key, own in (("ours_combined", True), ("ours_combined_fleet", False)):
+        f_val, f_test = features("val", own), features("test", own)
+        calibrator = NoveltyCalibrator().fit(f_val, val.y)
+        novel_val, novel_test = calibrator.predict_proba(f_val), calibrator.predict_proba(f_test)
+        if own:
+            out["ours_novelty"] = {**scores_on_test(test, novel_test, choose_threshold(val.y, novel_val,
+                                                                                        TARGET_PRECISION)),
+                                   "weights": [float(w) for w in calibrator.coef_]}
+        fitted, cv_nll = choose_rule(p_val, novel_val, val.y, val.unit)
+        rules = {key: (fitted, {"cv_nll": cv_nll})}
+        if own:  # each rule as fixed, whatever validation prefers
+            rules.update({f"ours_combined_{name}": (fit_rule(name, p_val, novel_val, val.y), {}) for name in FIXED_RULES})
+        for name, (rule, extra) in rules.items():
+            c_val, c_test = combined_probability(p_val, novel_val, rule), combined_probability(p_test, novel_test, rule)
+            out[name] = {**scores_on_test(test, c_test, choose_threshold(val.y, c_val, TARGET_PRECISION)), **rule,
+                         **extra}
+    return out
 
 
 def skab_fault_type_config(group: str, flip: float, seed: int, folder: Path) -> SensorDataConfig:
@@ -160,20 +212,29 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     model_cfg = SensorModelConfig(**MODEL)
     torch.manual_seed(seed)
     encoder_state = None
-    if {"full", "no_calibration", "plain_ce", "no_statistics"} & set(variants):
+    if {"full", "no_calibration", "plain_ce", "no_statistics", "novelty"} & set(variants):
         t = time.time()
         unlabelled = np.concatenate([train_x, val_x])  # never test windows
-        encoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed), device)
+        encoder, decoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed),
+                                               device)
         encoder_state = encoder.state_dict()
         timings["pretrain"] = time.time() - t
     robust = SensorFinetuneConfig(**FINETUNE, **ROBUST, seed=seed)
-    if {"full", "no_calibration"} & set(variants):
+    if {"full", "no_calibration", "novelty"} & set(variants):
         t = time.time()
         members = members_full = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
         out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
         timings["ours_full"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] ours {out['ours_full']}", flush=True)
+    if "novelty" in variants:
+        t = time.time()
+        scorer = NoveltyScorer(encoder, decoder, len(prepared.channels), MASK_SPAN)
+        out.update(novelty_variants(members_full, scorer, {"train": train_x, "val": val_x, "test": test_x},
+                                    {"train": train, "val": val, "test": test}, cfg.window, cfg.stride, device))
+        timings["ours_novelty"] = time.time() - t
+        for key in [k for k in out if k.startswith(("ours_novelty", "ours_combined"))]:
+            print(f"[{dataset} flip {flip} seed {seed}] {key} {out[key]}", flush=True)
     if "no_pretraining" in variants:
         t = time.time()
         members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
@@ -250,7 +311,10 @@ def merge(key: str, result: dict) -> None:
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
-           ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder")]
+           ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder"),
+           ("ours_novelty", "novelty only"), ("ours_combined", "ours + novelty"),
+           ("ours_combined_fleet", "ours + novelty, fleet reference"), ("ours_combined_stacker", "ours + novelty, stacker"),
+           ("ours_combined_max", "ours + novelty, max")]
 
 
 def table() -> str:
@@ -280,9 +344,10 @@ def main() -> None:
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
-                        choices=["full", "no_pretraining", "plain_ce", "no_statistics", *RECURRENT_KINDS],
+                        choices=["full", "no_pretraining", "plain_ce", "no_statistics", "novelty", *RECURRENT_KINDS],
                         help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
-                             "of as many parameters as ours, no pretraining")
+                             "of as many parameters as ours, no pretraining; novelty: the departure-from-normal score "
+                             "of the pretrained encoder, alone and combined with ours (models/sensor/novelty.py)")
     parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
                         help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")
     parser.add_argument("--groups", nargs="+", default=list(SKAB_FAULT_TYPES), choices=list(SKAB_FAULT_TYPES))

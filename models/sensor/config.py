@@ -106,7 +106,7 @@ class SensorNoveltyConfig(StrictModel):
     reference_steps: int = Field(100, ge=1, description="a unit's first rows, taken as its normal when validation "
                                  "and test windows are scored (the service takes the healthy windows a user sends)")
     rules: list[Literal["supervised", "novelty", "stacker", "max"]] = Field(
-        default_factory=lambda: ["supervised", "novelty", "stacker", "max"], min_length=1,
+        default_factory=lambda: ["max"], min_length=1,
         description="combination rules to choose from by cross-fitted validation NLL (models/sensor/combination.py)")
 
 
