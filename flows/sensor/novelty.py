@@ -84,9 +84,10 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
         mlflow.log_metrics({f"val_{part}_{k}": v for part, metrics in result["val_metrics"].items()
                             for k, v in metrics.items()})
     val_pr = result["val_metrics"]
+    chosen = (f" (cross-fitted NLL {', '.join(f'{k} {v:.4f}' for k, v in cv_nll.items())})" if cv_nll
+              else " (the only candidate)")
     print(f"sensor novelty score: validation PR-AUC {val_pr['novelty']['pr_auc']:.4f} alone, "
-          f"{val_pr['combined']['pr_auc']:.4f} combined by the {rule['rule']} rule (cross-fitted NLL "
-          f"{', '.join(f'{k} {v:.4f}' for k, v in cv_nll.items())})")
+          f"{val_pr['combined']['pr_auc']:.4f} combined by the {rule['rule']} rule{chosen}")
     return result
 
 
