@@ -194,7 +194,7 @@ def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max
         except TooManyUnits as error:
             raise HTTPException(409, str(error)) from None
 
-    @router.get("", response_model=UnitReferenceInfo, responses=error_responses(404))
+    @router.get("", response_model=UnitReferenceInfo, responses=error_responses(404, 422))
     async def get_reference(unit: str = path_unit) -> dict:
         """What is kept for the unit (404: nothing; its windows are scored against the fleet's normal)."""
         info = await asyncio.to_thread(units.info, unit)
@@ -203,7 +203,7 @@ def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max
                                      "normal")
         return info
 
-    @router.delete("", status_code=204, responses=error_responses(404))
+    @router.delete("", status_code=204, responses=error_responses(404, 422))
     async def delete_reference(unit: str = path_unit) -> Response:
         """Forget the unit's healthy windows."""
         if not await asyncio.to_thread(units.delete, unit):
