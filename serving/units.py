@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import JSON, Column, DateTime, Integer, LargeBinary, MetaData, String, Table, delete, func, insert, \
     select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from contract.prediction_store import create_despite_others, utc_now
 from models.sensor.departure import Reference
@@ -32,6 +34,7 @@ from serving.loading import LoadedModel
 from serving.schemas import Window
 
 OWN, FLEET = "unit", "fleet"  # the reference a window was scored against
+log = logging.getLogger("serving")
 
 metadata = MetaData()
 unit_references = Table(
@@ -119,13 +122,19 @@ class UnitReferences:
             fresh = {u: self._read[u][1] for u in units if u in self._read and now - self._read[u][0] < self.refresh_s}
         stale = units - set(fresh)
         if stale:
-            self._tables()
-            with self.engine.connect() as connection:
-                found = connection.execute(select(unit_references).where(unit_references.c.unit.in_(sorted(stale))))
-                read = {row.unit: (row.digest, row.channels, row.steps,
-                                   np.frombuffer(row.windows, np.float32).reshape(row.count, row.steps,
-                                                                                  len(row.channels)))
-                        for row in found}
+            try:
+                self._tables()
+                with self.engine.connect() as connection:
+                    found = connection.execute(select(unit_references).where(
+                        unit_references.c.unit.in_(sorted(stale))))
+                    read = {row.unit: (row.digest, row.channels, row.steps,
+                                       np.frombuffer(row.windows, np.float32).reshape(row.count, row.steps,
+                                                                                      len(row.channels)))
+                            for row in found}
+            except (SQLAlchemyError, OSError) as error:  # answered against the fleet's normal, tried again next call
+                log.warning("unit references cannot be read (%s): windows scored against the fleet's normal",
+                            (str(error).strip().splitlines() or [type(error).__name__])[0][:300])
+                return {**fresh, **{unit: None for unit in stale}}
             with self._lock:
                 for unit in stale:
                     self._read[unit] = (now, read.get(unit))
@@ -173,6 +182,16 @@ class UnitReferenceInfo(BaseModel):
     updated_at: datetime.datetime
 
 
+async def _in_store(call: Callable, *args):
+    """`call(*args)` in a thread; a store that cannot be used now is a 503 with Retry-After."""
+    try:
+        return await asyncio.to_thread(call, *args)
+    except (SQLAlchemyError, OSError) as error:
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+        raise HTTPException(503, f"the store of unit references cannot be used now: {first}",
+                            headers={"Retry-After": "5"}) from None
+
+
 def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max_items: int) -> APIRouter:
     """/sensor/units/{unit}/reference: put, read and remove a unit's healthy windows (mounted under /v1)."""
     router = APIRouter(prefix="/sensor/units/{unit}/reference", tags=["units"])
@@ -190,23 +209,23 @@ def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max
                                      "score: it takes no unit references")
         windows = sensor_windows(body.windows, model.card)
         try:
-            return await asyncio.to_thread(units.put, unit, windows, model.card["channels"])
+            return await _in_store(units.put, unit, windows, model.card["channels"])
         except TooManyUnits as error:
             raise HTTPException(409, str(error)) from None
 
-    @router.get("", response_model=UnitReferenceInfo, responses=error_responses(404, 422))
+    @router.get("", response_model=UnitReferenceInfo, responses=error_responses(404, 422, 503))
     async def get_reference(unit: str = path_unit) -> dict:
         """What is kept for the unit (404: nothing; its windows are scored against the fleet's normal)."""
-        info = await asyncio.to_thread(units.info, unit)
+        info = await _in_store(units.info, unit)
         if info is None:
             raise HTTPException(404, f"no reference for unit {unit!r}: its windows are scored against the fleet's "
                                      "normal")
         return info
 
-    @router.delete("", status_code=204, responses=error_responses(404, 422))
+    @router.delete("", status_code=204, responses=error_responses(404, 422, 503))
     async def delete_reference(unit: str = path_unit) -> Response:
         """Forget the unit's healthy windows."""
-        if not await asyncio.to_thread(units.delete, unit):
+        if not await _in_store(units.delete, unit):
             raise HTTPException(404, f"no reference for unit {unit!r}")
         return Response(status_code=204)
 

@@ -1,7 +1,8 @@
 """The novelty score through the real service: a sensor version whose ONNX graph holds the pretrained scorer
 (models/sensor/alert.py), registered through the gate and served; unit references put, read, removed, kept in the
 store across service restarts; windows scored against their unit's reference or, without one, the fleet's normal
-(and the answer says which); the reference endpoint's validation and limits; a version without the score refuses
+(and the answer says which); the reference endpoint's validation and limits; a store that cannot be used (503 for
+references, the fleet's normal for scoring); a version without the score refuses
 references."""
 
 from __future__ import annotations
@@ -167,3 +168,16 @@ def test_a_version_without_the_novelty_score_refuses_references(store, models, t
         answer = put(client, "a", models.test_windows[:1])
         assert answer.status_code == 409 and "no novelty score" in answer.json()["detail"]
         assert "novelty_score" not in predict(client, models.test_windows[:1], unit="a")[0]
+
+
+def test_a_store_that_cannot_be_used_refuses_references_and_scores_against_the_fleet(novelty_store, tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    broken = ServingSettings(**{**LIMITS, "prediction_store": f"sqlite:///{tmp_path / 'file' / 'store.db'}"})
+    rng = np.random.default_rng(4)
+    with TestClient(create_app(broken, store=novelty_store)) as client:
+        refused = put(client, "pump-1", healthy(2, rng))
+        assert refused.status_code == 503 and refused.headers["Retry-After"] == "5"
+        assert "cannot be used now" in refused.json()["detail"]
+        assert client.get("/v1/sensor/units/pump-1/reference").status_code == 503
+        answers = predict(client, healthy(2, rng), unit="pump-1")
+    assert [a["reference"] for a in answers] == ["fleet", "fleet"]
