@@ -24,7 +24,7 @@ from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
 from serving.store import ModelStore
-from serving.units import UnitReferences
+from serving.units import FLEET, UnitReferences
 
 
 FUSED, GRAPH_ONLY = "fused", "graph_only"  # the views of a molecule the model answered from
@@ -96,8 +96,10 @@ class Predictions:
         `alert_source`, `reference`), and the model (of `role`) that answered."""
         model = self.model_of("sensor", role)
         references = kinds = None
-        if model.predictor.has_novelty:
-            references, kinds = await asyncio.to_thread(self.units.references, units or [None] * len(windows), model)
+        if model.predictor.has_novelty and units is not None and any(u is not None for u in units):
+            references, kinds = await asyncio.to_thread(self.units.references, units, model)  # reads the store
+        elif model.predictor.has_novelty:  # no unit named: every window against the fleet's normal
+            kinds = [FLEET] * len(windows)
         answers, model = await self.batchers["sensor", role].submit(
             SensorItems(windows, references or [None] * len(windows), model.version))
         if kinds is None:
