@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import DataValidationError
-from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_smiles
+from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_or_smiles_view
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
 from models.onnx_runtime import load_session, run
@@ -85,11 +85,15 @@ class SensorPredictor:
 
 
 class MoleculePredictor:
-    """SMILES -> value (regression) or probability (classification) and uncertainty per molecule.
+    """SMILES -> value (regression) or probability (classification) and uncertainty per molecule, and the views it
+    was answered from (`modality`).
 
-    SMILES that do not parse get an error message instead; the others are still answered. The SMILES view is the
-    canonical SMILES of the standardised molecule, tokenised with the model card's tokenizer; one longer than the
-    tokenizer takes is answered from its graph alone (`graph_only` lists them).
+    The SMILES view is the canonical SMILES of the standardised molecule, tokenised with the model card's tokenizer;
+    one longer than the tokenizer takes is answered from its graph alone (`graph_only`). A molecule whose graph
+    cannot be built (more heavy atoms than the structural encodings take, or RDKit cannot sanitise or standardise it)
+    is answered from its SMILES alone (`smiles_only`) where the model card says the model can (`smiles_only`: a
+    model with a SMILES view, exported since it takes unknown descriptors). SMILES answered from neither view get an
+    error message instead; the others are still answered.
     """
 
     def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
@@ -99,34 +103,62 @@ class MoleculePredictor:
             )
         self.card = card
         self.task = card["task"]
+        self.smiles_only = bool(card.get("smiles_only", False))
         self.tokenizer = SmilesTokenizer.from_dict(card["tokenizer"])
         self.session, self.provider = load_session(onnx_path, prefer_cuda)
 
     def predict(self, smiles: list[str]) -> dict[str, np.ndarray | list]:
-        """Returns `prediction` and `uncertainty` (n,) float (NaN where failed), `error` (n,) str or None and
-        `graph_only` (n,) bool (SMILES too long for the tokenizer: answered from the graph alone)."""
+        """Returns `prediction` and `uncertainty` (n,) float (NaN where not answered), `error` (n,) str or None and
+        `modality` (n,) `fused`, `graph_only`, `smiles_only` or None (not answered)."""
         graphs, errors = [], []
         for item in smiles:
             try:
-                graphs.append(featurize_smiles(item))
+                graphs.append(featurize_or_smiles_view(item))
                 errors.append(None)
             except DataValidationError as error:
                 graphs.append(None)
                 errors.append(str(error))
         prediction = np.full(len(smiles), np.nan, dtype=np.float32)
         uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
-        graph_only = np.zeros(len(smiles), dtype=bool)
+        modality = np.full(len(smiles), None, dtype=object)
         ok = [i for i, g in enumerate(graphs) if g is not None]
         if ok:
             outputs = self.predict_graphs([graphs[i] for i in ok])
-            prediction[ok], uncertainty[ok], graph_only[ok] = (outputs[k] for k in ("prediction", "uncertainty",
-                                                                                    "graph_only"))
-        return {"prediction": prediction, "uncertainty": uncertainty, "error": errors, "graph_only": graph_only}
+            prediction[ok], uncertainty[ok], modality[ok] = (outputs[k] for k in ("prediction", "uncertainty",
+                                                                                  "modality"))
+            for i, error in zip(ok, outputs["error"]):
+                errors[i] = error
+        return {"prediction": prediction, "uncertainty": uncertainty, "error": errors, "modality": modality}
 
-    def predict_graphs(self, graphs: list[MolGraph]) -> dict[str, np.ndarray]:
-        """Already featurised molecules (G >= 1) -> `prediction`, `uncertainty` (G,) float32, `graph_only` (G,)."""
+    def predict_graphs(self, graphs: list[MolGraph]) -> dict[str, np.ndarray | list]:
+        """Featurised molecules (G >= 1, with or without their graph view) -> `prediction`, `uncertainty` (G,)
+        float32 (NaN where not answered), `modality` (G,) object (None where not answered) and `error` (G,) str or
+        None."""
         tokens = encode_tokens(graphs, self.tokenizer)
-        outputs = run(self.session, batch_inputs(graphs, tokens))
-        first = "value" if self.task == "regression" else "probability"
-        return {"prediction": outputs[first], "uncertainty": outputs["uncertainty"],
-                "graph_only": np.array([t is None for t in tokens])}
+        modality = np.array([_modality(g.has_graph, t is not None, self.smiles_only) for g, t in zip(graphs, tokens)],
+                            dtype=object)
+        errors = [None if m is not None else _unanswered(g, t is not None) for g, t, m in zip(graphs, tokens, modality)]
+        prediction = np.full(len(graphs), np.nan, dtype=np.float32)
+        uncertainty = np.full(len(graphs), np.nan, dtype=np.float32)
+        ok = [i for i, m in enumerate(modality) if m is not None]
+        if ok:
+            outputs = run(self.session, batch_inputs([graphs[i] for i in ok], [tokens[i] for i in ok]))
+            prediction[ok] = outputs["value" if self.task == "regression" else "probability"]
+            uncertainty[ok] = outputs["uncertainty"]
+        return {"prediction": prediction, "uncertainty": uncertainty, "modality": modality, "error": errors}
+
+
+FUSED, GRAPH_ONLY, SMILES_ONLY = "fused", "graph_only", "smiles_only"  # the views a molecule was answered from
+
+
+def _modality(has_graph: bool, has_tokens: bool, smiles_only: bool) -> str | None:
+    if has_graph:
+        return FUSED if has_tokens else GRAPH_ONLY
+    return SMILES_ONLY if has_tokens and smiles_only else None
+
+
+def _unanswered(graph: MolGraph, has_tokens: bool) -> str:
+    """Why a molecule without its graph view was not answered from its SMILES either."""
+    if not has_tokens:
+        return f"{graph.graph_error}; its SMILES view is longer than the model's tokenizer takes"
+    return f"{graph.graph_error} (this model version cannot answer from the SMILES alone)"

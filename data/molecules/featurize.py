@@ -6,7 +6,10 @@ sorted, so any SMILES of the same standardised molecule gives identical arrays. 
 (Laplacian eigenvectors, random-walk landing probabilities) come from data/molecules/encodings.py, whole-molecule
 descriptors from data/molecules/descriptors.py; the SMILES
 view is the canonical SMILES of the standardised molecule (`MolGraph.smiles`), tokenised by
-data/molecules/tokenizer.py. Bump FEATURIZER_VERSION whenever a vocabulary, an encoding or the standardisation changes.
+data/molecules/tokenizer.py. A molecule whose graph cannot be built (more heavy atoms than the structural encodings
+take, or RDKit cannot sanitise or standardise it) but whose text is SMILES syntax still has its SMILES view
+(`smiles_view_only`): a MolGraph without the graph, which the model answers from its tokens alone. Bump
+FEATURIZER_VERSION whenever a vocabulary, an encoding or the standardisation changes.
 """
 
 from __future__ import annotations
@@ -14,11 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from rdkit import Chem
+from rdkit import Chem, rdBase
 
 from data.molecules.descriptors import DESCRIPTOR_SIZE, molecule_descriptors
 from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
-from data.molecules.standardize import MAX_HEAVY_ATOMS, parse_smiles, standardize_mol
+from data.molecules.standardize import MAX_HEAVY_ATOMS, InvalidSmilesError, parse_smiles, standardize_mol
 from data.molecules.tokenizer import SmilesTokenError, SmilesTokenizer, pad_tokens
 
 FEATURIZER_VERSION = "4"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens;
@@ -55,7 +58,8 @@ BOND_FEATURE_SIZES = [len(BOND_TYPES) + 1, 2, 2, len(BOND_STEREOS) + 1]
 class MolGraph:
     """One molecule: atom_features int64 (N, A), edge_index int64 (2, E) both directions of each bond, bond_features
     int64 (E, B), positional float32 (N, POSITIONAL_SIZE) structural encodings, descriptors float32
-    (DESCRIPTOR_SIZE,) whole-molecule descriptors, smiles: its canonical SMILES."""
+    (DESCRIPTOR_SIZE,) whole-molecule descriptors, smiles: its canonical SMILES. `graph_error` says why a molecule
+    has no graph view (`smiles_view_only`); it is None where the graph is there."""
 
     atom_features: np.ndarray
     edge_index: np.ndarray
@@ -63,6 +67,11 @@ class MolGraph:
     positional: np.ndarray
     descriptors: np.ndarray
     smiles: str = ""
+    graph_error: str | None = None
+
+    @property
+    def has_graph(self) -> bool:
+        return self.graph_error is None
 
     @property
     def num_atoms(self) -> int:
@@ -126,11 +135,54 @@ def featurize_smiles(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS)
     return featurize_mol(standardize_mol(parse_smiles(smiles, max_heavy_atoms)))
 
 
+def graph_less(smiles: str, graph_error: str) -> MolGraph:
+    """A molecule's SMILES view alone (`smiles`: the SMILES its tokens come from; `graph_error`: why it has no graph
+    view): one placeholder atom of unknown features and no bonds (the model sees `graph_mask` 0 and ignores it), and
+    descriptors NaN (unknown: the model puts its training mean in their place)."""
+    return MolGraph(atom_features=np.array([[size - 1 for size in ATOM_FEATURE_SIZES]], dtype=np.int64),
+                    edge_index=np.zeros((2, 0), dtype=np.int64),
+                    bond_features=np.zeros((0, len(BOND_FEATURES)), dtype=np.int64),
+                    positional=np.zeros((1, POSITIONAL_SIZE), dtype=np.float32),
+                    descriptors=np.full(DESCRIPTOR_SIZE, np.nan, dtype=np.float32), smiles=smiles,
+                    graph_error=graph_error)
+
+
+def smiles_view_only(smiles: str, graph_error: str) -> MolGraph:
+    """`graph_less` of a SMILES whose graph could not be built (`graph_error` says why), with RDKit's canonical SMILES
+    of its largest fragment, and its descriptors where RDKit can sanitise that fragment (else sanitised but for the
+    valence check, descriptors unknown). Raises InvalidSmilesError (with `graph_error`)
+    where the text is not SMILES syntax."""
+    text = smiles.strip() if isinstance(smiles, str) else ""
+    with rdBase.BlockLogs():
+        mol = Chem.MolFromSmiles(text, sanitize=False) if text else None
+        if mol is None or mol.GetNumAtoms() == 0:
+            raise InvalidSmilesError(graph_error)
+        fragments = Chem.GetMolFrags(mol, asMols=True, sanitizeFrags=False)
+        mol = max(fragments, key=lambda f: sum(a.GetAtomicNum() > 1 for a in f.GetAtoms()))
+        sanitised = Chem.Mol(mol)
+        if Chem.SanitizeMol(sanitised, catchErrors=True) == Chem.SanitizeFlags.SANITIZE_NONE:
+            view = graph_less(Chem.MolToSmiles(sanitised), graph_error)
+            view.descriptors = molecule_descriptors(sanitised)
+            return view
+        Chem.SanitizeMol(mol, Chem.SanitizeFlags.SANITIZE_ALL ^ Chem.SanitizeFlags.SANITIZE_PROPERTIES,
+                         catchErrors=True)
+        return graph_less(Chem.MolToSmiles(mol), graph_error)
+
+
+def featurize_or_smiles_view(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> MolGraph:
+    """`featurize_smiles`, or where the graph cannot be built, `smiles_view_only`; raises InvalidSmilesError where
+    neither can be had (empty text, not SMILES syntax)."""
+    try:
+        return featurize_smiles(smiles, max_heavy_atoms)
+    except InvalidSmilesError as error:
+        return smiles_view_only(smiles, str(error))
+
+
 def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
     """Disjoint union of G >= 1 graphs: atom_features (N, A), edge_index (2, E) offset per graph, bond_features (E, B),
     positional (N, P) float32, batch (N,) int64 graph index of each atom (non-decreasing), atom_mask (G, L) float32
-    (1 for the first n_g slots of molecule g, L the largest molecule), graph_mask (G,) float32 ones, descriptors
-    (G, DESCRIPTOR_SIZE) float32."""
+    (1 for the first n_g slots of molecule g, L the largest molecule), graph_mask (G,) float32 (1 where the graph
+    view is there, 0 for `smiles_view_only`), descriptors (G, DESCRIPTOR_SIZE) float32 (NaN: unknown)."""
     if not graphs:
         raise ValueError("batch_graphs needs at least one graph")
     sizes = [g.num_atoms for g in graphs]
@@ -142,7 +194,7 @@ def batch_graphs(graphs: list[MolGraph]) -> dict[str, np.ndarray]:
         "positional": np.concatenate([g.positional for g in graphs]).astype(np.float32).reshape(-1, POSITIONAL_SIZE),
         "batch": np.repeat(np.arange(len(graphs), dtype=np.int64), sizes),
         "atom_mask": (np.arange(max(sizes))[None, :] < np.array(sizes)[:, None]).astype(np.float32),
-        "graph_mask": np.ones(len(graphs), dtype=np.float32),
+        "graph_mask": np.array([g.has_graph for g in graphs], dtype=np.float32),
         "descriptors": np.stack([g.descriptors for g in graphs]).astype(np.float32).reshape(-1, DESCRIPTOR_SIZE),
     }
 

@@ -11,7 +11,7 @@ from prefect import flow
 
 from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS
 from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
-from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS
+from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS, graph_less
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
 from flows.molecule.artifacts import featurize, load_ensemble
@@ -24,7 +24,7 @@ from contract.reference import write_reference
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
-from models.molecule.training import model_arrays
+from models.molecule.training import Molecules, model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
 from models.uncertainty_quality import uncertainty_metrics
@@ -36,9 +36,10 @@ INPUT_DOC = {
     "positional": f"float32 (atoms, {LAPLACIAN_K + RANDOM_WALK_K}) Laplacian eigenvectors then random-walk landing probabilities",
     "batch": "int64 (atoms,) molecule index of each atom, non-decreasing",
     "atom_mask": "float32 (molecules, slots) 1 for the first n_atoms slots of each molecule",
-    "graph_mask": "float32 (molecules,) 1 where the graph view is used",
+    "graph_mask": "float32 (molecules,) 1 where the graph view is used (0: one placeholder atom, SMILES view alone)",
     "tokens": "int64 (molecules, tokens) SMILES token ids padded with 0; an all-0 row: graph view only",
-    "descriptors": f"float32 (molecules, {DESCRIPTOR_SIZE}) raw RDKit descriptors, in the order of {', '.join(DESCRIPTORS)}",
+    "descriptors": f"float32 (molecules, {DESCRIPTOR_SIZE}) raw RDKit descriptors, in the order of {', '.join(DESCRIPTORS)}; "
+                   "NaN: unknown (taken as the training mean)",
 }
 
 
@@ -49,13 +50,21 @@ def export(model, example: dict[str, np.ndarray], task: str, opset: int) -> None
 
 
 @compute_task(name="parity-check")
-def parity(model, predictor: MoleculePredictor, molecules, smiles: list[str]) -> float:
-    """Max |ONNX Runtime - PyTorch| over the outputs; raises when above the tolerance."""
-    arrays = model_arrays(molecules)
-    with torch.no_grad():
-        expected = model(*(torch.from_numpy(arrays[name]) for name in MODEL_INPUTS))
-    got = predictor.predict(smiles)
-    return check_parity(expected, [got["prediction"], got["uncertainty"]])
+def parity(model, predictor: MoleculePredictor, molecules: Molecules, smiles: list[str]) -> float:
+    """Max |ONNX Runtime - PyTorch| over the outputs, from SMILES and, where the model has a SMILES view, for the
+    same molecules without their graph view (`smiles_only` answers); raises when above the tolerance."""
+    views = [(molecules, lambda: predictor.predict(smiles))]
+    if predictor.smiles_only:
+        hidden = [graph_less(g.smiles, "hidden for the parity check") for g in molecules.graphs]
+        views.append((Molecules(hidden, molecules.tokens), lambda: predictor.predict_graphs(hidden)))
+    diff = 0.0
+    for view, answer in views:
+        arrays = model_arrays(view)
+        with torch.no_grad():
+            expected = model(*(torch.from_numpy(arrays[name]) for name in MODEL_INPUTS))
+        got = answer()
+        diff = max(diff, check_parity(expected, [got["prediction"], got["uncertainty"]]))
+    return diff
 
 
 @flow(name="molecule-export")
@@ -81,7 +90,7 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
             "featurizer_version": FEATURIZER_VERSION,
             "tokenizer": tokenizer.to_dict(), "model": state["model"],
             "calibration": calibration, "ensemble_size": len(members), "outputs": outputs(task),
-            "inputs": INPUT_DOC}
+            "inputs": INPUT_DOC, "smiles_only": state["model"]["modalities"] != "graph"}
     predictor = MoleculePredictor(MOLECULE.onnx, card, prefer_cuda=False)
     max_diff = parity(model, predictor, val_data, val_smiles)
     test = prepared.splits["test"]

@@ -13,6 +13,7 @@ from mlflow.types import Schema, TensorSpec
 import typer
 from prefect import flow
 
+from data.molecules.descriptors import DESCRIPTOR_SIZE
 from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.featurize import ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES
 from flows import plots
@@ -37,7 +38,7 @@ def signature(task: str, n_atom_features: int, n_bond_features: int) -> ModelSig
                        TensorSpec(i64, (-1, n_bond_features), "bond_features"),
                        TensorSpec(f32, (-1, POSITIONAL_SIZE), "positional"), TensorSpec(i64, (-1,), "batch"),
                        TensorSpec(f32, (-1, -1), "atom_mask"), TensorSpec(f32, (-1,), "graph_mask"),
-                       TensorSpec(i64, (-1, -1), "tokens")]),
+                       TensorSpec(i64, (-1, -1), "tokens"), TensorSpec(f32, (-1, DESCRIPTOR_SIZE), "descriptors")]),
         outputs=Schema([TensorSpec(f32, (-1,), name) for name in outputs(task)]),
     )
 

@@ -16,7 +16,8 @@ pool:   per view and molecule, [mean, sum / SIZE_NORM] -> linear (the sum keeps 
         extensive properties such as solubility need; chemprop's default aggregation is sum / 100) -> gated fusion g * graph + (1 - g) * smiles; where one view is
         absent the other is used alone (neither: zeros)
 descriptors: standardised with training-set statistics stored in the model (buffers, so they travel into ONNX),
-        clipped to +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding (`descriptors: false`: not used)
+        an unknown one (NaN: a molecule without its graph view) set to the training mean, clipped to
+        +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding (`descriptors: false`: not used)
 head:   MLP, one output per molecule (G,)
 """
 
@@ -256,7 +257,8 @@ class MoleculeNet(nn.Module):
                 descriptors):
         embedding = self.embed(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens)
         if self.use_descriptors:
-            scaled = ((descriptors - self.descriptor_mean) / self.descriptor_scale).clamp(-DESCRIPTOR_CLIP, DESCRIPTOR_CLIP)
+            scaled = (descriptors - self.descriptor_mean) / self.descriptor_scale
+            scaled = torch.where(torch.isnan(scaled), 0.0, scaled).clamp(-DESCRIPTOR_CLIP, DESCRIPTOR_CLIP)
             embedding = torch.cat([embedding, self.descriptor_mlp(scaled)], dim=-1)
         return self.head(embedding).squeeze(-1)
 

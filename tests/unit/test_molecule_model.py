@@ -316,11 +316,71 @@ def test_predictor_answers_from_smiles_with_errors_and_graph_only_fallback(expor
     out = predictor.predict(["OCC", "C1CC", long, "[Na+].[Cl-]"])
     assert out["error"][0] is None and "C1CC" in out["error"][1] and out["error"][2] is None
     assert np.isfinite(out["prediction"][[0, 2, 3]]).all() and np.isnan(out["prediction"][1])
-    assert out["graph_only"].tolist() == [False, False, True, False]
+    assert out["modality"].tolist() == ["fused", None, "graph_only", "fused"]
     expected, _ = forward(ensemble, inputs(["CCO"]))  # a raw SMILES is standardised and canonicalised first
     assert abs(out["prediction"][0] - expected.item()) <= 1e-4
     with pytest.raises(ValueError, match="featurizer version"):
         MoleculePredictor(path, {**card, "featurizer_version": "1"}, prefer_cuda=False)
+
+
+def test_unknown_descriptors_count_as_the_training_mean():
+    net = model()
+    net.fit_descriptor_scaling(np.stack([g.descriptors for g in molecules(HANDFUL).graphs]))
+    arrays = inputs(["CCO", "c1ccccc1O"])
+    arrays["descriptors"][0, :] = np.nan
+    arrays["descriptors"][1, 3] = np.nan
+    out = forward(net, arrays)
+    arrays["descriptors"][0, :] = net.descriptor_mean.numpy()
+    arrays["descriptors"][1, 3] = net.descriptor_mean[3].item()
+    assert torch.isfinite(out).all() and torch.allclose(out, forward(net, arrays))
+
+
+def test_a_graph_less_molecule_is_answered_as_its_smiles_view_with_unknown_descriptors():
+    from data.molecules.featurize import graph_less
+    net = model()
+    net.fit_descriptor_scaling(np.stack([g.descriptors for g in molecules(HANDFUL).graphs]))
+    data = molecules(["c1ccccc1O", "CC(=O)O"])
+    hidden = Molecules([graph_less(g.smiles, "hidden") for g in data.graphs], data.tokens)
+    arrays = model_arrays(hidden)
+    assert arrays["graph_mask"].tolist() == [0.0, 0.0] and np.isnan(arrays["descriptors"]).all()
+    expected = inputs(["c1ccccc1O", "CC(=O)O"], drop_graph=(0, 1))  # the real graphs, hidden by the mask
+    expected["descriptors"][:] = net.descriptor_mean.numpy()
+    assert torch.allclose(forward(net, arrays), forward(net, expected), atol=1e-6)
+
+
+def test_featurisation_falls_back_to_the_smiles_view_where_the_graph_cannot_be_built():
+    from data.molecules.featurize import featurize_or_smiles_view
+    from data.molecules.standardize import InvalidSmilesError
+    hypervalent = featurize_or_smiles_view("[Na+].OC(=O)C(C)(C)(C)(C)C")  # a five-bonded carbon: RDKit refuses it
+    assert not hypervalent.has_graph and "valence" in hypervalent.graph_error
+    assert hypervalent.smiles == "CC(C)(C)(C)(C)C(=O)O"  # the largest fragment, canonical
+    assert np.isnan(hypervalent.descriptors).all()  # nothing RDKit can compute them from
+    large = featurize_or_smiles_view("c1ccccc1" + "C" * 20, max_heavy_atoms=10)
+    assert not large.has_graph and "26 heavy atoms" in large.graph_error and large.smiles.startswith("CCCC")
+    assert np.array_equal(large.descriptors, featurize_smiles("c1ccccc1" + "C" * 20).descriptors)  # a valid molecule keeps them
+    assert featurize_or_smiles_view("c1ccccc1O").has_graph
+    for text in ("C1CC", "", "(("):
+        with pytest.raises(InvalidSmilesError):
+            featurize_or_smiles_view(text)
+
+
+def test_predictor_answers_a_molecule_without_its_graph_from_its_smiles_where_the_card_allows(exported):
+    from data.molecules.featurize import FEATURIZER_VERSION, featurize_or_smiles_view
+    from models.predictors import MoleculePredictor
+    ensemble, _, path = exported
+    card = {"task": "regression", "featurizer_version": FEATURIZER_VERSION, "tokenizer": TOKENIZER.to_dict()}
+    hypervalent, too_long = "CC(C)(C)(C)(C)C", "CC(C)(C)(C)(C)" + "C" * 30
+    out = MoleculePredictor(path, {**card, "smiles_only": True}, prefer_cuda=False).predict(["CCO", hypervalent,
+                                                                                             too_long])
+    assert out["modality"].tolist() == ["fused", "smiles_only", None]
+    assert out["error"][0] is None and out["error"][1] is None and "longer than the model's tokenizer" in out["error"][2]
+    graph = featurize_or_smiles_view(hypervalent)
+    arrays = batch_inputs([graph], [TOKENIZER.encode(graph.smiles)])
+    expected, _ = forward(ensemble, arrays)
+    assert np.isfinite(out["prediction"][:2]).all() and abs(out["prediction"][1] - expected.item()) <= 1e-4
+    older = MoleculePredictor(path, card, prefer_cuda=False).predict([hypervalent])  # a card without `smiles_only`
+    assert older["modality"].tolist() == [None] and "cannot answer from the SMILES alone" in older["error"][0]
+    assert np.isnan(older["prediction"][0])
 
 
 def test_distance_targets_are_rdkits_topological_distances_capped():
