@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from data.errors import DataValidationError
-from data.molecules.featurize import MolGraph, featurize_mol
+from data.molecules.featurize import MolGraph, featurize_mol, smiles_view_only
 from data.molecules.standardize import parse_smiles, standardize_mol
 from models.drift import morgan_fingerprint
 from serving.batching import Batcher
@@ -28,10 +28,11 @@ from serving.batching import Batcher
 @dataclass(frozen=True)
 class Molecule:
     """A featurised SMILES: the model's graph and the packed Morgan bits (FINGERPRINT_BITS / 8,) uint8 of the same
-    standardised molecule."""
+    standardised molecule; or, for one whose graph cannot be built, its SMILES view alone (`graph.has_graph` False)
+    and no fingerprint."""
 
     graph: MolGraph
-    fingerprint: np.ndarray
+    fingerprint: np.ndarray | None
 
 
 Featurized = Molecule | str  # the molecule, or why the SMILES could not be featurised
@@ -52,15 +53,19 @@ def _setup_worker(niceness: int) -> None:
 
 
 def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
-    """Each SMILES' molecule (parsed and standardised as in training: data.molecules.featurize.featurize_smiles),
-    or the one-line reason it has none (runs in a worker process)."""
+    """Each SMILES' molecule (parsed and standardised as in training: data.molecules.featurize.featurize_smiles;
+    where its graph cannot be built, its SMILES view alone: data.molecules.featurize.smiles_view_only), or the
+    one-line reason it has neither (runs in a worker process)."""
     out: list[Featurized] = []
     for item in smiles:
         try:
             mol = standardize_mol(parse_smiles(item, max_heavy_atoms))
             out.append(Molecule(featurize_mol(mol), morgan_fingerprint(mol)))
         except DataValidationError as error:
-            out.append(str(error))
+            try:
+                out.append(Molecule(smiles_view_only(item, str(error)), None))
+            except DataValidationError:
+                out.append(str(error))
     return out
 
 
@@ -70,7 +75,7 @@ def graph_bytes(graph: MolGraph) -> int:
 
 
 def molecule_bytes(molecule: Molecule) -> int:
-    return graph_bytes(molecule.graph) + molecule.fingerprint.nbytes
+    return graph_bytes(molecule.graph) + (0 if molecule.fingerprint is None else molecule.fingerprint.nbytes)
 
 
 class FeatureCache:

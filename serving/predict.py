@@ -27,9 +27,6 @@ from serving.store import ModelStore
 from serving.units import FLEET, UnitReferences
 
 
-FUSED, GRAPH_ONLY = "fused", "graph_only"  # the views of a molecule the model answered from
-
-
 class NotReady(Exception):
     """No model of this family is loaded (yet), or it changed under a queued request."""
 
@@ -110,7 +107,9 @@ class Predictions:
 
     async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability`, `uncertainty` and
-        `modality` (`graph_only` when its SMILES is too long for the tokenizer), and its applicability domain when the model has a training reference (serving.domain); or its `error`."""
+        `modality` (`graph_only`: its SMILES is too long for the tokenizer; `smiles_only`: its graph cannot be built),
+        and its applicability domain when the model has a training reference and the molecule its graph
+        (serving.domain); or its `error`."""
         model = self.model_of("molecule", role)
         featurized = await self.featurizer.featurize(smiles)
         molecules = [f for f in featurized if not isinstance(f, str)]
@@ -121,9 +120,12 @@ class Predictions:
             if isinstance(molecule, str):
                 rows.append({"smiles": item, "error": molecule})
             else:
-                value, uncertainty, graph_only, domain = next(answered)
+                value, uncertainty, modality, error, domain = next(answered)
+                if error is not None:
+                    rows.append({"smiles": item, "error": error})
+                    continue
                 row = {"smiles": item, "canonical_smiles": molecule.graph.smiles, key: _number(value),
-                       "uncertainty": _number(uncertainty), "modality": GRAPH_ONLY if graph_only else FUSED, **domain}
+                       "uncertainty": _number(uncertainty), "modality": modality, **domain}
                 rows.append({k: v for k, v in row.items() if v is not None})
         return rows, model
 
@@ -155,12 +157,15 @@ class Predictions:
         model = self.model_of("molecule", role)
         molecules = [m for part in parts for m in part]
         out = model.predictor.predict_graphs([m.graph for m in molecules])
-        if unusable(model.reference) is None:
-            domains = assess(model.reference, np.stack([m.fingerprint for m in molecules]),
-                             np.stack([m.graph.descriptors for m in molecules]), self.min_similarity)
-        else:
-            domains = [{}] * len(molecules)
-        rows = list(zip(out["prediction"].tolist(), out["uncertainty"].tolist(), out["graph_only"].tolist(), domains))
+        domains = [{}] * len(molecules)
+        placed = [i for i, m in enumerate(molecules) if m.fingerprint is not None]  # a SMILES view alone has no domain
+        if placed and unusable(model.reference) is None:
+            found = assess(model.reference, np.stack([molecules[i].fingerprint for i in placed]),
+                           np.stack([molecules[i].graph.descriptors for i in placed]), self.min_similarity)
+            for i, domain in zip(placed, found):
+                domains[i] = domain
+        rows = list(zip(out["prediction"].tolist(), out["uncertainty"].tolist(), out["modality"].tolist(),
+                        out["error"], domains))
         return _split(rows, parts), model
 
     async def start(self) -> None:

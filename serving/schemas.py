@@ -56,9 +56,11 @@ class MoleculePrediction(BaseModel):
     value: float | None = Field(None, description="regression models: the predicted value")
     probability: float | None = Field(None, description="classification models: the predicted probability")
     uncertainty: float | None = Field(None, description="regression: scaled ensemble std; classification: ensemble std")
-    modality: Literal["fused", "graph_only"] | None = Field(
-        None, description="the views the model answered from: `fused` (the graph and the SMILES tokens) or "
-                          "`graph_only` (the canonical SMILES is longer than the model's tokenizer takes)")
+    modality: Literal["fused", "graph_only", "smiles_only"] | None = Field(
+        None, description="the views the model answered from: `fused` (the graph and the SMILES tokens), "
+                          "`graph_only` (the canonical SMILES is longer than the model's tokenizer takes) or "
+                          "`smiles_only` (the graph cannot be built: more heavy atoms than SERVING_MAX_HEAVY_ATOMS, or "
+                          "RDKit cannot sanitise or standardise the molecule; no applicability domain then)")
     nearest_similarity: float | None = Field(None, description="applicability domain: Tanimoto similarity (Morgan "
                                              "radius 2, 2048 bits) to the nearest training molecule (absent when the "
                                              "version has no training reference: see /v1/monitoring)")

@@ -39,8 +39,9 @@ class ServingSettings(BaseSettings):
     max_items: int = Field(256, ge=1, description="windows or SMILES per request")
     max_smiles_length: int = Field(500, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
-    max_heavy_atoms: int = Field(MAX_HEAVY_ATOMS, ge=1, description="a larger molecule gets its own error (and is "
-                                 "not drawn)")
+    max_heavy_atoms: int = Field(MAX_HEAVY_ATOMS, ge=1, description="a larger molecule gets no graph view: it is "
+                                 "answered from its SMILES alone where the model can (`modality: smiles_only`), and is "
+                                 "not drawn")
     depict_workers: int = Field(1, ge=1, description="processes drawing molecules: at most this many drawings at once")
     request_timeout_s: float = Field(10.0, gt=0, description="a prediction not answered by then gets 504")
     batch_max_items: int = Field(512, ge=1, description="items per model call at most")

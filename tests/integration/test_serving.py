@@ -98,12 +98,26 @@ def test_sensor_predictions_are_the_champions(client, models):
     assert [p["alert"] for p in got] == list(expected["alert"])
 
 
-def test_a_molecule_over_the_size_limit_gets_its_own_error_and_the_others_are_answered(client):
-    answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "C" * 20, "c1ccccc1"]})
+def test_a_molecule_over_the_size_limit_is_answered_from_its_smiles_and_says_so(client):
+    """Over SERVING_MAX_HEAVY_ATOMS (12) no graph is built; the SMILES view alone answers, without a domain (no
+    fingerprint was made). The tiny tokenizer takes 30 SMILES tokens: a longer chain has neither view."""
+    answer = client.post("/v1/molecule/predict", json={"smiles": ["CCO", "C" * 20, "c1ccccc1", "C" * 35]})
     assert answer.status_code == 200, answer.text
-    ethanol, large, benzene = answer.json()["predictions"]
-    assert large["error"] == f"SMILES {'C' * 20!r} has 20 heavy atoms; at most 12" and "value" not in large
-    assert "error" not in ethanol and "error" not in benzene and ethanol["value"] != benzene["value"]
+    ethanol, large, benzene, neither = answer.json()["predictions"]
+    assert large["modality"] == "smiles_only" and large["canonical_smiles"] == "C" * 20
+    assert math.isfinite(large["value"]) and "error" not in large and "nearest_similarity" not in large
+    assert (ethanol["modality"], benzene["modality"]) == ("fused", "fused") and "nearest_similarity" in ethanol
+    assert neither["error"] == (f"SMILES {'C' * 35!r} has 35 heavy atoms; at most 12; its SMILES view is longer "
+                                "than the model's tokenizer takes") and "value" not in neither
+    assert ethanol["value"] != benzene["value"]
+
+
+def test_a_molecule_rdkit_cannot_sanitise_is_answered_from_its_smiles(client):
+    answer = client.post("/v1/molecule/predict", json={"smiles": ["C(C)(C)(C)(C)C"]})
+    assert answer.status_code == 200, answer.text
+    (hypervalent,) = answer.json()["predictions"]
+    assert hypervalent["modality"] == "smiles_only" and math.isfinite(hypervalent["value"])
+    assert "error" not in hypervalent and "nearest_similarity" not in hypervalent
 
 
 def test_molecule_predictions_with_a_per_item_error(client):

@@ -156,7 +156,8 @@ def tiny_models(root: Path) -> TinyModels:
     tokenizer = SmilesTokenizer.build(["CCO", "c1ccccc1O", "CC(=O)N", "ClCBr"], max_length=32)
     molecule_card = {"family": "molecule", "task": "regression", "target": "solubility",
                      "featurizer_version": FEATURIZER_VERSION,
-                     "tokenizer": tokenizer.to_dict(), "ensemble_size": 1, "outputs": ["value", "uncertainty"]}
+                     "tokenizer": tokenizer.to_dict(), "ensemble_size": 1, "outputs": ["value", "uncertainty"],
+                     "smiles_only": True}
     molecule = molecule_onnx(root / "molecule.onnx", tokenizer)
     sensor_file = write_reference(root / "sensor-reference.npz",
                                   sensor_reference(sensor_windows(2000, seed=2), CHANNELS))
