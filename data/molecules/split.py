@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from rdkit.Chem.Scaffolds.MurckoScaffold import MurckoScaffoldSmiles
+from tqdm.auto import tqdm
 
 from data.molecules.config import MoleculeDataConfig
 from data.molecules.standardize import MAX_HEAVY_ATOMS, parse_smiles
@@ -30,7 +31,7 @@ def scaffold_split(smiles: Sequence[str], train_fraction: float = 0.8, val_fract
     <= (train_fraction + val_fraction) * n, else to test. A group is never divided.
     """
     groups: dict[str, list[int]] = {}
-    for row, smi in enumerate(smiles):
+    for row, smi in enumerate(tqdm(smiles, desc="scaffolds", unit="molecule", leave=False, mininterval=1.0)):
         groups.setdefault(scaffold_of(smi, max_heavy_atoms), []).append(row)
     n = len(smiles)
     train_cut, val_cut = train_fraction * n, (train_fraction + val_fraction) * n

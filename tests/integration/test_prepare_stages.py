@@ -124,20 +124,22 @@ def test_sigterm_stops_molecule_prepare_inside_rdkit(tmp_path):
                                                   "max_heavy_atoms": 5000}}})
     env = {**workspace_env(tmp_path), "PYTHONPATH": str(PROJECT)}
     process = subprocess.Popen([sys.executable, "-m", "flows.molecule.prepare"], cwd=tmp_path, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(process.stderr), daemon=True)
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    chunks: list[bytes] = []  # raw chunks: a progress bar ends in no newline until its next update
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stderr.read1(4096), b"")), daemon=True)
     reader.start()
     try:
         deadline = time.monotonic() + 180  # start-up of the flow run on a busy machine
-        while not any("Beginning flow run" in line for line in lines) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        time.sleep(20)  # past the task's start-up and the standardisation, inside the scaffolds (minutes)
+        while b"scaffolds" not in b"".join(chunks) and time.monotonic() < deadline:
+            time.sleep(0.2)  # the scaffolds' progress bar: past the task's start-up and the standardisation
+        time.sleep(2)  # inside the first scaffold (a minute or more)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=20)  # a timeout for the test, not a speed check (grace 3 s)
     finally:
         process.kill()
     reader.join(timeout=5)
+    stderr = b"".join(chunks).decode(errors="replace")
     assert process.returncode == 128 + signal.SIGTERM
-    assert lines[-1].strip() == "error: stopped by SIGTERM"
+    assert "0/8" in stderr and "1/8" not in stderr  # stopped inside the first scaffold, not after it
+    assert stderr.rstrip().endswith("error: stopped by SIGTERM")
     assert not (tmp_path / "data" / "prepared" / "molecule" / "report.json").exists()
