@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast serve ui rollback sweep install report metrics constraints
+.PHONY: run test test-fast serve ui rollback tune install report metrics constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,10 +62,10 @@ rollback: install
 ui: install
 	$(BIN)/python -m flows.ui
 
-# A grid search over the sensor fine-tuning (sensor.sweep.grid), trials as parallel Prefect tasks
-sweep: install
-	$(BIN)/dvc repro sensor_prepare
-	$(BIN)/python -m flows.sensor.sweep
+# Tune a family's fine-tuning with Optuna (set <family>.tune.trials > 0 in params.yaml first): make tune FAMILY=sensor|molecule;
+# the best settings go to tuned/<family>.yaml, which the next `make run` fine-tunes with
+tune: install
+	$(BIN)/dvc repro $(FAMILY)_tune
 
 # Test metrics of the last run, a table per family: a row per model (ours and each baseline), a column per metric
 metrics: install

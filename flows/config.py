@@ -83,7 +83,7 @@ class SchedulesConfig(StrictModel):
 
 class OrchestrationConfig(StrictModel):
     """Where flows run: schedules for the served deployments and the task runner of parallel tasks
-    (ensemble members, sweep trials). No stage's output depends on it, so no DVC stage declares it."""
+    (ensemble members, tuning trials). No stage's output depends on it, so no DVC stage declares it."""
 
     schedules: SchedulesConfig = Field(default_factory=SchedulesConfig)
     task_runner: Literal["threads", "dask"] = Field(
@@ -135,20 +135,55 @@ class MonitorConfig(StrictModel):
     judge: RolloutJudgeConfig = Field(default_factory=RolloutJudgeConfig)
 
 
-class SweepConfig(StrictModel):
-    """A grid search over a family's fine-tuning: one parallel Prefect task per grid point (not a DVC stage)."""
+class SearchDimension(StrictModel):
+    """One setting to tune: `choices` (any YAML values, mappings too), or a range `low`..`high` (`integer`: whole
+    numbers; `log`: sampled on a log scale)."""
 
-    grid: dict[str, list[Any]] = Field(
-        default_factory=lambda: {"finetune.lr": [0.001, 0.003], "model.hidden": [16, 32]},
-        description="keys under the family's section (e.g. finetune.lr, model.hidden) -> values; trials: the product")
-    max_trials: int = Field(64, ge=1, description="a larger grid is an error (say so rather than run for days)")
+    choices: list[Any] | None = Field(None, min_length=1)
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    integer: bool = False
 
     @model_validator(mode="after")
-    def _non_empty(self) -> "SweepConfig":
-        empty = [key for key, values in self.grid.items() if not values]
-        if not self.grid or empty:
-            raise ValueError(f"the grid needs at least one key and one value per key (empty: {empty})")
-        trials = math.prod(len(values) for values in self.grid.values())
-        if trials > self.max_trials:
-            raise ValueError(f"the grid has {trials} trials, more than max_trials={self.max_trials}")
+    def _one_kind(self) -> "SearchDimension":
+        if (self.choices is None) == (self.low is None or self.high is None):
+            raise ValueError("give either `choices` or both `low` and `high`")
+        if self.choices is None and not self.low < self.high:
+            raise ValueError(f"low ({self.low}) must be below high ({self.high})")
+        if self.log and self.choices is None and self.low <= 0:
+            raise ValueError("a log-scale range needs low > 0")
         return self
+
+
+class TuneConfig(StrictModel):
+    """The opt-in `<family>_tune` stage (flows/tune.py): Optuna over fine-tuning settings, scored on validation."""
+
+    trials: int = Field(0, ge=0, description="trials at most (0: off; the stage writes an empty tuned file)")
+    budget_minutes: float = Field(30.0, gt=0, description="no new trial starts after this wall-clock time")
+    sampler: Literal["tpe", "grid"] = Field(
+        "tpe", description="tpe: Optuna's TPE; grid: every combination of the space's `choices` (at most `trials`)")
+    pruner: Literal["median", "none"] = Field(
+        "median", description="median: stop a trial whose validation score at an epoch is below the median of "
+                              "earlier trials at that epoch")
+    parallel: int = Field(1, ge=1, description="trials at once, as tasks on the orchestration task runner")
+    seed: int = 0
+    space: dict[str, SearchDimension] = Field(
+        default_factory=dict,
+        description="keys under the family's section (finetune.lr, model.dropout, ...) -> a SearchDimension")
+
+    @model_validator(mode="after")
+    def _searchable(self) -> "TuneConfig":
+        outside = [key for key in self.space if not key.startswith(("finetune.", "model."))]
+        if outside:
+            raise ValueError(f"the space tunes `finetune.*` and `model.*` keys only, not {outside}")
+        if self.trials and not self.space:
+            raise ValueError("trials > 0 needs a non-empty `space`")
+        ranges = [key for key, dimension in self.space.items() if dimension.choices is None]
+        if self.sampler == "grid" and ranges:
+            raise ValueError(f"the grid sampler needs `choices` for every key; ranges: {ranges}")
+        return self
+
+    def grid_size(self) -> int:
+        """Combinations of the space's choices (the grid sampler's trials)."""
+        return math.prod(len(dimension.choices or []) for dimension in self.space.values())

@@ -17,10 +17,11 @@ from ruamel.yaml.comments import CommentedMap
 
 from contract.registry import DEFAULT_MODEL_NAMES
 from data.config import StrictModel
+from flows._environment import workspace
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, SweepConfig,
-                          TrackingConfig)
+from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, TrackingConfig,
+                          TuneConfig)
 from models.molecule.config import (
     MoleculeBaselineConfig,
     MoleculeCalibrateConfig,
@@ -48,7 +49,7 @@ class SensorParams(StrictModel):
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
     novelty: SensorNoveltyConfig = Field(default_factory=SensorNoveltyConfig)
     baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
-    sweep: SweepConfig = Field(default_factory=SweepConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
@@ -64,6 +65,7 @@ class MoleculeParams(StrictModel):
     finetune: MoleculeFinetuneConfig = Field(default_factory=MoleculeFinetuneConfig)
     calibrate: MoleculeCalibrateConfig = Field(default_factory=MoleculeCalibrateConfig)
     baseline: MoleculeBaselineConfig = Field(default_factory=MoleculeBaselineConfig)
+    tune: TuneConfig = Field(default_factory=TuneConfig)
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
@@ -145,3 +147,34 @@ def write_overrides(path: str | Path, overrides: dict[str, Any]) -> Params:
     tmp.write_text(buffer.getvalue())
     os.replace(tmp, path)
     return params
+
+
+def tuned_file(family: str, root: Path | None = None) -> Path:
+    """Where the `<family>_tune` stage writes its best settings (a DVC output): tuned/<family>.yaml in the workspace."""
+    return (root or workspace()) / "tuned" / f"{family}.yaml"
+
+
+def read_tuned(path: str | Path) -> dict[str, Any]:
+    """The dotted keys under the family of a tuned file ({} where it is missing or empty); ParamsError names the
+    file where it is not a mapping."""
+    path = Path(path)
+    if not path.is_file():
+        return {}
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ParamsError(f"{path}: not valid YAML: {error}") from None
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{path}: must be a mapping of dotted keys (finetune.lr: 0.001)")
+    return raw
+
+
+def with_tuned(params: Params, family: str, root: Path | None = None) -> tuple[Params, dict[str, Any]]:
+    """`params` with tuned/<family>.yaml on top (its keys are under `family`), and those keys; ParamsError names
+    the file and a key that is unknown or invalid."""
+    path = tuned_file(family, root)
+    tuned = read_tuned(path)
+    try:
+        return with_overrides(params, {f"{family}.{key}": value for key, value in tuned.items()}), tuned
+    except ParamsError as error:
+        raise ParamsError(f"{path}: {error}") from None

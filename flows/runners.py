@@ -1,4 +1,4 @@
-"""The task runner of a flow's parallel tasks (ensemble members, sweep trials), from `orchestration`.
+"""The task runner of a flow's parallel tasks (ensemble members, tuning trials), from `orchestration`.
 
 threads: Prefect's thread pool in the flow's own process (PyTorch releases the GIL while it computes).
 dask: prefect-dask's DaskTaskRunner, on the cluster at `dask_address`, or on a local cluster of

@@ -61,6 +61,7 @@ def train(
     distributed: DistributedContext | None = None,
     lr_schedule: Callable[[int], float] | None = None,
     max_grad_norm: float | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -86,6 +87,8 @@ def train(
     lr_schedule: epoch -> factor; the learning rate of that epoch is lr * factor (None: constant lr). A function
     of the epoch alone, so a resumed run follows the same schedule.
     max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping).
+    on_epoch: called with (epoch, validation score) after each validated epoch; an exception it raises ends
+    training there and propagates (a tuner stops a trial that way).
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -142,6 +145,8 @@ def train(
             else:
                 stale += 1
         result.history.append(record)
+        if on_epoch is not None and validate is not None:
+            on_epoch(epoch, record["val_score"])
         progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
         # `patience` epochs in a row without improvement end training (0: the first one does)
         stopped = patience is not None and stale >= max(patience, 1)

@@ -23,7 +23,7 @@ from prefect import flow
 
 from data.sensors.featurize import WindowFeaturizer
 from flows import plots
-from flows.params import Params, load_params
+from flows.params import Params, load_params, tuned_file, with_tuned
 from flows.paths import SENSOR
 from flows.sensor.artifacts import load_encoder, save_ensemble
 from flows.sensor.prepared import load_windows
@@ -85,13 +85,14 @@ def train_members(inputs: FinetuneInputs, params: Params,
 @flow(name="sensor-finetune")
 def sensor_finetune(params_file: str = "params.yaml") -> None:
     """Fine-tune `sensor.finetune.ensemble_size` members; early stopping on validation PR-AUC."""
-    params = load_params(params_file)
+    params, tuned = with_tuned(load_params(params_file), "sensor")
     distributed = DistributedContext.from_env()
     cfg = params.sensor
     inputs = load_inputs(cfg.finetune.use_pretrained)
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
         mlflow.set_tags({"started_from_pretrained": str(inputs.encoder_state is not None),
+                         "tuned": str(tuned_file("sensor").relative_to(SENSOR.root)) if tuned else "no",
                          "processes": str(distributed.world_size if distributed else 1)})
         members, histories = [], []
         for index, (member, result) in enumerate(train_members(inputs, params, distributed)):
@@ -115,7 +116,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
 
 def follow(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
     """A torchrun rank other than 0: the same training steps as rank 0, nothing written."""
-    loaded = load_params(params)
+    loaded, _ = with_tuned(load_params(params), "sensor")  # the settings rank 0 trains with
     train_members(load_inputs(loaded.sensor.finetune.use_pretrained, in_flow=False), loaded, DistributedContext.from_env())
 
 

@@ -5,6 +5,7 @@ A molecule is a MolGraph plus the token ids of its canonical SMILES (None: over-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -184,9 +185,11 @@ def finetune_member(
     max_length: int,
     seed: int,
     device: torch.device,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> tuple[MoleculeNet, TrainResult]:
     """One member. Regression on standardised targets (y given standardised), early stopping on validation -RMSE.
-    Classification: early stopping on validation ROC-AUC. `pretrained_state`: a pretrained MoleculeNet state_dict."""
+    Classification: early stopping on validation ROC-AUC. `pretrained_state`: a pretrained MoleculeNet state_dict.
+    on_epoch: (epoch, that validation score) after each epoch (models/training.train)."""
     single_thread_on_cpu(device)
     torch.manual_seed(seed)
     model = build_model(vocab_size, max_length, model_cfg)
@@ -214,5 +217,5 @@ def finetune_member(
                    device=device, desc=f"finetune molecule member (seed {seed})",
                    lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs,
                                                        cfg.final_lr_ratio),
-                   max_grad_norm=cfg.max_grad_norm)
+                   max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch)
     return model.cpu(), result

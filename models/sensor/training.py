@@ -144,6 +144,7 @@ def finetune_member(
     checkpoint: str | Path | None = None,
     distributed: DistributedContext | None = None,
     make_encoder: Callable[[int], nn.Module] | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
 ) -> tuple[SensorClassifier, TrainResult]:
     """One ensemble member: the configured loss, sampling, mixup and curriculum; early stopping on
     validation PR-AUC; a checkpoint every epoch at `checkpoint` (resumed when it matches).
@@ -152,6 +153,7 @@ def finetune_member(
     distributed: data-parallel in a torchrun process group (models/training.train), on its device.
     make_encoder: in_channels -> an encoder in the place of SensorEncoder (SensorClassifier's `encoder`), built
     after seeding; `encoder_state` must then be None.
+    on_epoch: (epoch, validation PR-AUC) after each epoch (models/training.train).
     """
     if distributed is not None:
         device = distributed.device()
@@ -195,6 +197,6 @@ def finetune_member(
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
         checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
         lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio),
-        max_grad_norm=cfg.max_grad_norm,
+        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
     )
     return model.cpu(), result

@@ -104,8 +104,42 @@ def test_schedules_are_checked_by_prefects_cron_and_timezone(tmp_path):
     assert schedules.schedule("data_refresh") is None and schedules.schedule("retrain").cron == "0 3 * * 0"
 
 
-def test_sweep_grid_must_be_small_and_non_empty(tmp_path):
-    with pytest.raises(ParamsError, match="at least one key"):
-        load_params(write(tmp_path, {"sensor": {"sweep": {"grid": {"finetune.lr": []}}}}))
-    with pytest.raises(ParamsError, match="9 trials, more than max_trials=4"):
-        load_params(write(tmp_path, {"sensor": {"sweep": {"grid": {"a": [1, 2, 3], "b": [1, 2, 3]}, "max_trials": 4}}}))
+def test_a_tune_space_says_what_is_wrong_with_each_dimension(tmp_path):
+    def tune(**cfg):
+        return load_params(write(tmp_path, {"molecule": {"tune": {"space": {}, **cfg}}})).molecule.tune
+
+    with pytest.raises(ParamsError, match="finetune.lr: Value error, give either `choices` or both"):
+        tune(space={"finetune.lr": {"low": 0.001}})
+    with pytest.raises(ParamsError, match=r"low \(0.01\) must be below high"):
+        tune(space={"finetune.lr": {"low": 0.01, "high": 0.001}})
+    with pytest.raises(ParamsError, match="a log-scale range needs low > 0"):
+        tune(space={"model.dropout": {"low": 0.0, "high": 0.3, "log": True}})
+    with pytest.raises(ParamsError, match=r"`finetune\.\*` and `model\.\*` keys only, not \['data.seed'\]"):
+        tune(space={"data.seed": {"choices": [1, 2]}})
+    with pytest.raises(ParamsError, match=r"grid sampler needs `choices` for every key; ranges: \['finetune.lr'\]"):
+        tune(sampler="grid", space={"finetune.lr": {"low": 0.001, "high": 0.01}, "model.dropout": {"choices": [0.1]}})
+    with pytest.raises(ParamsError, match="trials > 0 needs a non-empty `space`"):
+        tune(trials=3)
+    grid = tune(sampler="grid", space={"finetune.lr": {"choices": [0.001, 0.003]}, "model.hidden": {"choices": [8, 16, 32]}})
+    assert grid.grid_size() == 6 and grid.trials == 0  # off unless asked for
+
+
+def test_the_tuned_file_goes_on_top_of_params_and_a_bad_key_names_the_file(tmp_path):
+    from flows.params import with_tuned
+
+    params = load_params(write(tmp_path, {}))
+    assert with_tuned(params, "sensor", tmp_path)[1] == {}  # no tuned file: params as they are
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned" / "sensor.yaml").write_text("# written by the sensor_tune stage\n{}\n")
+    assert with_tuned(params, "sensor", tmp_path)[0] == params
+    (tmp_path / "tuned" / "sensor.yaml").write_text("finetune.lr: 0.0007\nfinetune.loss.terms: {gce: 1.0}\n")
+    tuned, keys = with_tuned(params, "sensor", tmp_path)
+    assert tuned.sensor.finetune.lr == 0.0007 and tuned.sensor.finetune.loss.terms == {"gce": 1.0}
+    assert keys == {"finetune.lr": 0.0007, "finetune.loss.terms": {"gce": 1.0}}
+    assert tuned.molecule == params.molecule and tuned.sensor.model == params.sensor.model
+    (tmp_path / "tuned" / "sensor.yaml").write_text("finetune.lrr: 0.0007\n")
+    with pytest.raises(ParamsError, match=r"tuned/sensor.yaml: unknown parameter 'sensor.finetune.lrr'"):
+        with_tuned(params, "sensor", tmp_path)
+    (tmp_path / "tuned" / "sensor.yaml").write_text("- 1\n")
+    with pytest.raises(ParamsError, match="must be a mapping of dotted keys"):
+        with_tuned(params, "sensor", tmp_path)

@@ -1,0 +1,245 @@
+"""The opt-in `<family>_tune` stage, one abstraction for both families: Optuna over fine-tuning settings.
+
+`<family>.tune` in params.yaml declares the search space (dotted keys under the family -> a range or choices),
+the sampler (TPE, or a grid over the choices), the median pruner on per-epoch validation scores, the number
+of trials, a wall-clock budget and how many trials run at once. Each trial trains one member on the training
+split, as the finetune stage trains each of its members, and is scored by its best validation score. Trials are
+Prefect tasks on the `orchestration` task runner (threads or Dask); each runs one Optuna trial against the study's
+journal file (artifacts/<family>/tune/study.jsonl), Optuna's storage for several processes. MLflow: a parent run
+`<family>.tune` with a nested run per trial; Prefect: a table artifact ranking the trials; plots of the
+optimisation history and the parameter importances. The best settings go to tuned/<family>.yaml, which the
+finetune stage reads on top of params.yaml (flows/params.py: `with_tuned`); with `trials: 0` that file is empty.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import optuna
+import yaml
+from prefect.artifacts import create_table_artifact
+from tabulate import tabulate
+
+from flows.config import SearchDimension, TuneConfig
+from flows.json_io import write_json
+from flows.params import Params, load_params, tuned_file, with_overrides
+from flows.paths import StagePaths
+from flows.tasks import compute_task
+from flows.tracking import stage_run
+from models.training import TrainResult
+
+STUDY_FILE = "study.jsonl"
+TRIALS_FILE = "trials.json"  # the trial records, best first
+
+
+@dataclass(frozen=True)
+class Tunable:
+    """What the tune stage needs of a family.
+
+    paths: the family's files (the study and plots go to `paths.artifacts / "tune"`);
+    load_inputs(params) -> the data every trial trains on (loaded once, passed to each trial task);
+    metric(inputs) -> (name, sign): the objective's name in tables and MLflow and the sign that turns the training
+    loop's validation score (higher is better) into it (molecule regression: "val_rmse", -1);
+    train_trial(family_params, inputs, on_epoch) -> TrainResult: one member trained with the trial's settings,
+    `on_epoch(epoch, score)` called after each epoch. All three module-level functions, so Dask workers can run them.
+    """
+
+    paths: StagePaths
+    load_inputs: Callable[[Params], Any]
+    metric: Callable[[Any], tuple[str, float]]
+    train_trial: Callable[[Any, Any, Callable[[int, float], None]], TrainResult]
+
+    @property
+    def family(self) -> str:
+        return self.paths.family
+
+
+def _choices(dimension: SearchDimension) -> list:
+    """The choices as Optuna takes them: plain scalars as they are, a list holding anything else as JSON texts."""
+    if all(value is None or isinstance(value, (bool, int, float, str)) for value in dimension.choices):
+        return list(dimension.choices)
+    return [json.dumps(value, sort_keys=True) for value in dimension.choices]
+
+
+def suggest(trial: optuna.Trial, key: str, dimension: SearchDimension) -> Any:
+    """The trial's value of one setting (choices given as JSON texts decoded back)."""
+    if dimension.choices is not None:
+        value = trial.suggest_categorical(key, _choices(dimension))
+        return json.loads(value) if _choices(dimension) != list(dimension.choices) else value
+    if dimension.integer:
+        return trial.suggest_int(key, int(dimension.low), int(dimension.high), log=dimension.log)
+    return trial.suggest_float(key, dimension.low, dimension.high, log=dimension.log)
+
+
+def make_sampler(cfg: TuneConfig, seed: int) -> optuna.samplers.BaseSampler:
+    """TPE (its first trials random), or a grid over the choices."""
+    if cfg.sampler == "grid":
+        return optuna.samplers.GridSampler({key: _choices(d) for key, d in cfg.space.items()}, seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(cfg.trials // 2, 1)))
+
+
+def make_pruner(cfg: TuneConfig) -> optuna.pruners.BasePruner:
+    """The median rule after two finished trials (a trial is judged from its second epoch on), or none."""
+    if cfg.pruner == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+
+
+def journal(path: Path) -> optuna.storages.JournalStorage:
+    """The study's storage: a journal file several processes append to (Optuna's file lock)."""
+    from optuna.storages.journal import JournalFileBackend
+
+    return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+
+
+@compute_task(name="tune-trial", task_run_name="trial-{index}")
+def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_path: str, sign: float) -> dict:
+    """One Optuna trial: ask the study for settings, train one member with them (pruned by the median rule), tell
+    the study. Returns {trial, state, value (the metric, None unless complete), best_epoch, epochs, params, worker,
+    error}."""
+    cfg = getattr(params, tunable.family).tune
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=tunable.family, storage=journal(Path(study_path)),
+                              sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg))
+    trial = study.ask()
+    values = {key: suggest(trial, key, dimension) for key, dimension in cfg.space.items()}
+    record = {"trial": trial.number, "params": values, "value": None, "best_epoch": None, "epochs": 0,
+              "worker": f"{socket.gethostname()}:{os.getpid()}", "error": None}
+
+    def on_epoch(epoch: int, score: float) -> None:
+        trial.report(score, epoch)
+        record["epochs"] = epoch + 1
+        if trial.should_prune():
+            raise optuna.TrialPruned()
+
+    try:
+        family_params = getattr(with_overrides(params, {f"{tunable.family}.{k}": v for k, v in values.items()}),
+                                tunable.family)
+        result = tunable.train_trial(family_params, inputs, on_epoch)
+    except optuna.TrialPruned:
+        study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        return {**record, "state": "pruned"}
+    except Exception as error:  # a setting that cannot train (weights that do not fit the pretrained encoder)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return {**record, "state": "failed", "error": f"{type(error).__name__}: {error}"}
+    study.tell(trial, result.best_score)
+    return {**record, "state": "complete", "value": sign * result.best_score, "best_epoch": result.best_epoch}
+
+
+def write_tuned(path: Path, settings: dict[str, Any], header: str) -> None:
+    """tuned/<family>.yaml: a comment saying where it came from, then the dotted keys ({} where none)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = yaml.safe_dump(settings, sort_keys=True) if settings else "{}\n"
+    path.write_text("".join(f"# {line}\n" for line in header.splitlines()) + body)
+
+
+def _plots(study: optuna.Study, out: Path) -> list[Path]:
+    """The optimisation history and, with two finished trials or more, the parameter importances (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as optuna_plots
+
+    written = []
+    finished = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    figures = {"optimization_history.png": optuna_plots.plot_optimization_history}
+    if len(finished) >= 2 and len(study.best_trial.params) >= 1:
+        figures["param_importances.png"] = optuna_plots.plot_param_importances
+    for name, plot in figures.items():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # optuna's matplotlib plots
+                axes = plot(study)
+        except (ValueError, RuntimeError) as error:  # importances of settings that never varied
+            print(f"no {name}: {error}")
+            continue
+        path = out / name
+        axes.figure.savefig(path, dpi=110, bbox_inches="tight")
+        plt.close(axes.figure)
+        written.append(path)
+    return written
+
+
+def tune(tunable: Tunable, params_file: str) -> list[dict]:
+    """Run the family's study within its trial count and budget; write tuned/<family>.yaml. Returns the trial
+    records, best first."""
+    params = load_params(params_file)
+    family = tunable.family
+    cfg: TuneConfig = getattr(params, family).tune
+    target = tuned_file(family, tunable.paths.root)
+    out = tunable.paths.artifacts / "tune"
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.trials == 0:
+        write_json(out / TRIALS_FILE, [])
+        write_tuned(target, {}, f"not tuned ({family}.tune.trials is 0): fine-tuning uses params.yaml as it is")
+        print(f"{family} tune: off ({family}.tune.trials is 0); {target.relative_to(tunable.paths.root)} is empty")
+        return []
+    for key in cfg.space:  # every key and range end is a valid setting before anything trains
+        for value in ([cfg.space[key].low, cfg.space[key].high] if cfg.space[key].choices is None
+                      else cfg.space[key].choices):
+            with_overrides(params, {f"{family}.{key}": int(value) if cfg.space[key].integer else value})
+    trials = min(cfg.trials, cfg.grid_size()) if cfg.sampler == "grid" else cfg.trials
+    study_path = (out / STUDY_FILE).resolve()
+    study_path.unlink(missing_ok=True)
+    study = optuna.create_study(study_name=family, storage=journal(study_path), direction="maximize")
+    if cfg.sampler == "grid":  # every grid point queued once, in grid order: parallel trials never repeat one
+        for values in itertools.product(*(_choices(d) for d in cfg.space.values())):
+            study.enqueue_trial(dict(zip(cfg.space, values)))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    inputs = tunable.load_inputs(params)
+    metric, sign = tunable.metric(inputs)
+    started, records = time.monotonic(), []
+    while len(records) < trials and time.monotonic() - started < cfg.budget_minutes * 60:
+        wave = range(len(records), min(trials, len(records) + cfg.parallel))
+        futures = [run_trial.submit(tunable, index, params, inputs, str(study_path), sign) for index in wave]
+        for future in futures:
+            record = future.result()
+            records.append(record)
+            shown = "" if record["value"] is None else f" {metric} {record['value']:.4f}"
+            print(f"{family} tune: trial {record['trial'] + 1}/{trials} {record['state']}{shown} {record['params']}"
+                  + (f" ({record['error']})" if record["error"] else ""), flush=True)
+    elapsed = time.monotonic() - started
+    complete = [r for r in records if r["state"] == "complete"]
+    if not complete:
+        errors = sorted({r["error"] for r in records if r["error"]})
+        raise ValueError(f"no {family} tuning trial completed ({len(records)} run)"
+                         + ("".join(f"\n  {e}" for e in errors) if errors else ""))
+    ranked = sorted(complete, key=lambda r: -sign * r["value"]) + [r for r in records if r["state"] != "complete"]
+    best = ranked[0]
+    study = optuna.load_study(study_name=family, storage=journal(study_path))  # with every trial's outcome
+    logged = {"tune": cfg.model_dump(mode="json")}
+    with stage_run(params.tracking, family, "tune", logged, {family: tunable.paths.prepared}) as parent:
+        for record in records:
+            with mlflow.start_run(run_name=f"{family}.tune.trial-{record['trial']}", nested=True,
+                                  experiment_id=parent.info.experiment_id):
+                mlflow.log_params({k: json.dumps(v) if isinstance(v, dict) else v for k, v in record["params"].items()})
+                mlflow.log_metrics({k: v for k, v in ((metric, record["value"]), ("epochs", record["epochs"]),
+                                                      ("best_epoch", record["best_epoch"])) if v is not None})
+                mlflow.set_tags({"state": record["state"], "worker": record["worker"]})
+        mlflow.log_metrics({f"best_{metric}": best["value"], "trials": len(records), "minutes": elapsed / 60})
+        for path in _plots(study, out):
+            mlflow.log_artifact(str(path))
+        rows = [{"trial": r["trial"], "state": r["state"], metric: r["value"], "epochs": r["epochs"],
+                 **{k: json.dumps(v) if isinstance(v, dict) else v for k, v in r["params"].items()}} for r in ranked]
+        create_table_artifact(rows, key=f"{family}-tune", description=f"{family} tuning trials, best {metric} first")
+    write_json(out / TRIALS_FILE, ranked)
+    write_tuned(target, best["params"],
+                f"written by the {family}_tune stage: best of {len(records)} trials ({len(complete)} complete) in "
+                f"{elapsed:.0f} s, {metric} {best['value']:.4f} (trial {best['trial']});\n"
+                f"{family}_finetune reads these keys on top of params.yaml")
+    print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4f"))
+    print(f"{family} tune: best {metric} {best['value']:.4f} with {best['params']} -> "
+          f"{target.relative_to(tunable.paths.root)}")
+    return ranked
+

@@ -1,0 +1,66 @@
+"""flows/tune.py without Prefect: how settings are suggested, and one trial against a real Optuna journal file."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from flows.config import SearchDimension
+from flows.params import Params, with_overrides
+from flows.paths import StagePaths
+from flows.tune import Tunable, journal, run_trial, suggest
+from models.training import TrainResult
+
+
+def test_suggest_gives_back_mapping_choices_as_mappings_and_ranges_as_numbers():
+    trial = optuna.trial.FixedTrial({"loss": '{"gce": 1.0}', "lr": 0.002, "layers": 3, "drop": 0.1})
+    assert suggest(trial, "loss", SearchDimension(choices=[{"bce": 1.0}, {"gce": 1.0}])) == {"gce": 1.0}
+    assert suggest(trial, "lr", SearchDimension(low=0.001, high=0.01, log=True)) == 0.002
+    assert suggest(trial, "layers", SearchDimension(low=1, high=4, integer=True)) == 3
+    assert suggest(trial, "drop", SearchDimension(choices=[0.0, 0.1])) == 0.1
+
+
+def _curve(cfg, _inputs, on_epoch) -> TrainResult:
+    """A stand-in for training: validation score lr * 100 at every epoch (higher lr, better trial)."""
+    result = TrainResult()
+    for epoch in range(cfg.finetune.epochs):
+        score = cfg.finetune.lr * 100
+        on_epoch(epoch, score)
+        if score > result.best_score:
+            result.best_score, result.best_epoch = score, epoch
+    return result
+
+
+def _fails(cfg, _inputs, on_epoch) -> TrainResult:
+    raise RuntimeError("size mismatch for encoder.weight")
+
+
+def _study(tmp_path, choices, trials=6):
+    params = with_overrides(Params(), {"sensor.finetune.epochs": 4, "sensor.tune.trials": trials,
+                                       "sensor.tune.sampler": "grid",
+                                       "sensor.tune.space": {"finetune.lr": {"choices": choices}}})
+    path = tmp_path / "study.jsonl"
+    study = optuna.create_study(study_name="sensor", storage=journal(path), direction="maximize")
+    for lr in choices:
+        study.enqueue_trial({"finetune.lr": lr})
+    return params, path
+
+
+def test_a_trial_below_the_median_of_earlier_trials_is_pruned_and_the_study_learns_each_outcome(tmp_path):
+    params, path = _study(tmp_path, [0.03, 0.02, 0.01])
+    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
+    records = [run_trial.fn(tunable, index, params, None, str(path), 1.0) for index in range(3)]
+    assert [r["state"] for r in records] == ["complete", "complete", "pruned"]
+    assert records[0]["value"] == pytest.approx(3.0) and records[2]["epochs"] == 2  # judged from its second epoch
+    assert records[2]["params"] == {"finetune.lr": 0.01} and records[2]["value"] is None
+    study = optuna.load_study(study_name="sensor", storage=journal(path))
+    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
+    assert study.best_params == {"finetune.lr": 0.03}
+
+
+def test_a_trial_that_cannot_train_is_failed_with_its_reason_and_the_study_goes_on(tmp_path):
+    params, path = _study(tmp_path, [0.03])
+    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _fails)
+    record = run_trial.fn(tunable, 0, params, None, str(path), 1.0)
+    assert record["state"] == "failed" and "size mismatch for encoder.weight" in record["error"]
+    assert optuna.load_study(study_name="sensor", storage=journal(path)).trials[0].state.name == "FAIL"
