@@ -40,6 +40,7 @@ from models.training import TrainResult
 
 STUDY_FILE = "study.jsonl"
 TRIALS_FILE = "trials.json"  # the trial records, best first
+STARTUP_TRIALS = 5  # finished trials before the median rule prunes, and TPE's random trials at most
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,15 @@ def make_sampler(cfg: TuneConfig, seed: int) -> optuna.samplers.BaseSampler:
     """TPE (its first trials random), or a grid over the choices."""
     if cfg.sampler == "grid":
         return optuna.samplers.GridSampler({key: _choices(d) for key, d in cfg.space.items()}, seed=seed)
-    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(5, max(cfg.trials // 2, 1)))
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(STARTUP_TRIALS, max(cfg.trials // 2, 1)))
 
 
-def make_pruner(cfg: TuneConfig) -> optuna.pruners.BasePruner:
-    """The median rule after two finished trials (a trial is judged from its second epoch on), or none."""
+def make_pruner(cfg: TuneConfig, epochs: int) -> optuna.pruners.BasePruner:
+    """The median rule once 5 trials have finished, judging a trial from a third of its `epochs` on (earlier
+    epochs say little about where a trial ends), or none."""
     if cfg.pruner == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+    return optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS, n_warmup_steps=max(1, epochs // 3))
 
 
 def journal(path: Path) -> optuna.storages.JournalStorage:
@@ -109,8 +111,9 @@ def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_p
     error}."""
     cfg = getattr(params, tunable.family).tune
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    epochs = getattr(params, tunable.family).finetune.epochs
     study = optuna.load_study(study_name=tunable.family, storage=journal(Path(study_path)),
-                              sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg))
+                              sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg, epochs))
     trial = study.ask()
     values = {key: suggest(trial, key, dimension) for key, dimension in cfg.space.items()}
     record = {"trial": trial.number, "params": values, "value": None, "best_epoch": None, "epochs": 0,

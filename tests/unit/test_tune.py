@@ -35,8 +35,8 @@ def _fails(cfg, _inputs, on_epoch) -> TrainResult:
     raise RuntimeError("size mismatch for encoder.weight")
 
 
-def _study(tmp_path, choices, trials=6):
-    params = with_overrides(Params(), {"sensor.finetune.epochs": 4, "sensor.tune.trials": trials,
+def _study(tmp_path, choices, trials=8):
+    params = with_overrides(Params(), {"sensor.finetune.epochs": 6, "sensor.tune.trials": trials,
                                        "sensor.tune.sampler": "grid",
                                        "sensor.tune.space": {"finetune.lr": {"choices": choices}}})
     path = tmp_path / "study.jsonl"
@@ -47,15 +47,17 @@ def _study(tmp_path, choices, trials=6):
 
 
 def test_a_trial_below_the_median_of_earlier_trials_is_pruned_and_the_study_learns_each_outcome(tmp_path):
-    params, path = _study(tmp_path, [0.03, 0.02, 0.01])
+    rates = [0.03, 0.02, 0.025, 0.015, 0.035, 0.01]  # five finished trials, then one below their median
+    params, path = _study(tmp_path, rates)
     tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
-    records = [run_trial.fn(tunable, index, params, None, str(path), 1.0) for index in range(3)]
-    assert [r["state"] for r in records] == ["complete", "complete", "pruned"]
-    assert records[0]["value"] == pytest.approx(3.0) and records[2]["epochs"] == 2  # judged from its second epoch
-    assert records[2]["params"] == {"finetune.lr": 0.01} and records[2]["value"] is None
+    records = [run_trial.fn(tunable, index, params, None, str(path), 1.0) for index in range(6)]
+    assert [r["state"] for r in records] == ["complete"] * 5 + ["pruned"]
+    assert records[4]["value"] == pytest.approx(3.5) and records[4]["epochs"] == 6
+    assert records[5]["epochs"] == 3  # judged from a third of its 6 epochs on: after epochs 0, 1 and 2
+    assert records[5]["params"] == {"finetune.lr": 0.01} and records[5]["value"] is None
     study = optuna.load_study(study_name="sensor", storage=journal(path))
-    assert [t.state.name for t in study.trials] == ["COMPLETE", "COMPLETE", "PRUNED"]
-    assert study.best_params == {"finetune.lr": 0.03}
+    assert [t.state.name for t in study.trials] == ["COMPLETE"] * 5 + ["PRUNED"]
+    assert study.best_params == {"finetune.lr": 0.035}
 
 
 def test_a_trial_that_cannot_train_is_failed_with_its_reason_and_the_study_goes_on(tmp_path):
