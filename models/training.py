@@ -62,6 +62,7 @@ def train(
     lr_schedule: Callable[[int], float] | None = None,
     max_grad_norm: float | None = None,
     on_epoch: Callable[[int, float], None] | None = None,
+    after_step: Callable[[], None] | None = None,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -89,6 +90,7 @@ def train(
     max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping).
     on_epoch: called with (epoch, validation score) after each validated epoch; an exception it raises ends
     training there and propagates (a tuner stops a trial that way).
+    after_step: called after each optimiser step (an EMA teacher follows its student there).
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
@@ -128,6 +130,8 @@ def train(
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimiser.step()
+            if after_step is not None:
+                after_step()
             total += float(loss.detach())
             count += 1
         record = {"epoch": epoch, "train_loss": total / max(count, 1)}

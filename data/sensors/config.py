@@ -65,6 +65,9 @@ class SensorDataConfig(StrictModel):
     test_fraction: float = Field(0.15, gt=0, lt=0.5)
     drop_constant: bool = Field(True, description="drop channels that are constant on the training split")
     train_label_flip_rate: float = Field(0.0, ge=0, lt=0.5, description="flip this share of training-window labels (robustness experiments)")
+    train_unlabelled_fraction: float = Field(
+        0.0, ge=0, lt=1, description="withhold the labels of this share of training windows (seeded): they join the "
+        "unlabelled windows of rows without a label (semi-supervised experiments)")
     seed: int = 0
     simulator: SimulatorConfig = Field(default_factory=SimulatorConfig)
 

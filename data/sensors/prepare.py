@@ -1,8 +1,12 @@
 """The sensor data step: load, validate, split, window, check, optionally add training label noise; save and load.
 
+Windows without a label (data/sensors/windows.py) leave the splits: training ones become the unlabelled windows
+that semi-supervised fine-tuning uses (models/sensor/teacher.py), validation and test ones are dropped (counted).
+
 Saved layout (byte-identical for identical inputs, so DVC sees no spurious change):
 `train.npz`, `val.npz`, `test.npz` with X (n, C, T) float32, y (n,) int8, unit (n,) str, time (n,) int64
-(train also y_clean, the labels before flipping), and `meta.json` with channels, window, horizon and the report.
+(train also y_clean, the labels before flipping), `unlabelled.npz` (y all -1), and `meta.json` with channels,
+window, horizon and the report.
 """
 
 from __future__ import annotations
@@ -24,12 +28,14 @@ from data.sensors.windows import Windows, make_windows
 
 @dataclass
 class PreparedSensorData:
-    """Windows per split (train labels possibly flipped), channel names, clean train labels (n_train,), report."""
+    """Windows per split (train labels possibly flipped), channel names, clean train labels (n_train,), report,
+    and the training windows without a label."""
 
     windows: dict[str, Windows]
     channels: list[str]
     y_clean_train: np.ndarray
     report: dict
+    unlabelled: Windows
 
 
 def _constant_on(df: pd.DataFrame, channels: list[str], rows: np.ndarray) -> list[str]:
@@ -47,6 +53,13 @@ def _flip_labels(y: np.ndarray, rate: float, seed: int) -> np.ndarray:
     return flipped
 
 
+def _withhold(train: Windows, fraction: float, seed: int) -> np.ndarray:
+    """(n,) bool: a seeded round(fraction * n) of the training windows whose labels are withheld."""
+    withheld = np.zeros(len(train), bool)
+    withheld[np.random.default_rng([seed, 1]).choice(len(train), size=round(fraction * len(train)), replace=False)] = True
+    return withheld
+
+
 def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -> PreparedSensorData:
     """All of prepare_sensor_data after loading: for a canonical frame already in memory (`source` names it in errors)."""
     channels = validate_sensor_frame(df, cfg, source)
@@ -56,7 +69,7 @@ def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -
         raise DataValidationError(f"every unit is shorter than the window ({cfg.window} steps); the longest has {longest} rows",
                                   file=source, column=column_name(cfg, "time"))
     df = df.sort_values(["unit", "time"], kind="stable").reset_index(drop=True)
-    df = df.assign(unit=df["unit"].astype(str), label=df["label"].astype(np.int8))
+    df = df.assign(unit=df["unit"].astype(str), label=df["label"].fillna(-1).astype(np.int8))
     splits = assign_splits(df, cfg)
 
     dropped = _constant_on(df, channels, splits == "train") if cfg.drop_constant else []
@@ -65,6 +78,11 @@ def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -
         raise DataValidationError(f"every sensor channel is constant on the training split: {dropped}", file=source)
 
     windows = make_windows(df, channels, cfg.window, cfg.stride, cfg.horizon, splits)
+    without_label = {name: int((split.y < 0).sum()) for name, split in windows.items()}
+    withheld = (windows["train"].y < 0) | _withhold(windows["train"], cfg.train_unlabelled_fraction, cfg.seed)
+    unlabelled = windows["train"].take(withheld)
+    unlabelled.y = np.full(len(unlabelled), -1, np.int8)
+    windows = {name: split.take(~withheld if name == "train" else split.y >= 0) for name, split in windows.items()}
     label = column_name(cfg, "label")
     for name, split in windows.items():
         if len(split) == 0:
@@ -90,8 +108,11 @@ def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -
         "skipped_columns": unused_columns(df, channels + dropped),
         "nonfinite_as_missing": nonfinite,
         "train_label_flips": int((windows["train"].y != y_clean).sum()),
+        "windows_without_label": without_label,
+        "unlabelled_train_windows": len(unlabelled),
     }
-    return PreparedSensorData(windows=windows, channels=channels, y_clean_train=y_clean, report=report)
+    return PreparedSensorData(windows=windows, channels=channels, y_clean_train=y_clean, report=report,
+                              unlabelled=unlabelled)
 
 
 def prepare_sensor_data(cfg: SensorDataConfig) -> PreparedSensorData:
@@ -104,8 +125,7 @@ def save_prepared(p: PreparedSensorData, out_dir: Path) -> None:
     """Write train/val/test .npz and meta.json into out_dir (created if needed)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in SPLITS:
-        w = p.windows[name]
+    for name, w in {**p.windows, "unlabelled": p.unlabelled}.items():
         arrays = {"X": w.X, "y": w.y, "unit": w.unit.astype(str), "time": w.time}
         if name == "train":
             arrays["y_clean"] = p.y_clean_train
@@ -119,9 +139,11 @@ def load_prepared(out_dir: Path) -> PreparedSensorData:
     out_dir = Path(out_dir)
     meta = json.loads((out_dir / "meta.json").read_text())
     windows, y_clean = {}, None
-    for name in SPLITS:
+    for name in (*SPLITS, "unlabelled"):
         with np.load(out_dir / f"{name}.npz", allow_pickle=False) as npz:
             windows[name] = Windows(X=npz["X"], y=npz["y"], unit=npz["unit"], time=npz["time"])
             if name == "train":
                 y_clean = npz["y_clean"]
-    return PreparedSensorData(windows=windows, channels=meta["channels"], y_clean_train=y_clean, report=meta["report"])
+    unlabelled = windows.pop("unlabelled")
+    return PreparedSensorData(windows=windows, channels=meta["channels"], y_clean_train=y_clean, report=meta["report"],
+                              unlabelled=unlabelled)

@@ -1,7 +1,7 @@
 """Readers that turn each sensor source into one long frame with canonical columns.
 
 Canonical frame: one row per (unit, time) with columns `unit`, `time`, the sensor channels, `label` (0/1, 1 = failure
-or anomaly at that row) and, for split=column, the split column. Validation is data/sensors/validate.py's job.
+or anomaly at that row; missing: an unlabelled row) and, for split=column, the split column. Validation is data/sensors/validate.py's job.
 """
 
 from __future__ import annotations

@@ -43,9 +43,13 @@ def validate_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) 
         raise DataValidationError("a unit has the same time twice", file=source, column=column_name(cfg, "time"))
 
     labels = df["label"]
-    if not is_numeric_dtype(labels) or labels.isna().any() or not labels.isin([0, 1]).all():
-        bad = sorted(map(str, pd.unique(labels[~labels.isin([0, 1])])))[:5]
-        raise DataValidationError(f"labels must be 0 or 1, found {bad}", file=source, column=column_name(cfg, "label"))
+    known = labels.dropna()
+    if not is_numeric_dtype(labels) or not known.isin([0, 1]).all():
+        bad = sorted(map(str, pd.unique(known[~known.isin([0, 1])])))[:5]
+        raise DataValidationError(f"labels must be 0, 1 or missing (an unlabelled row), found {bad}", file=source,
+                                  column=column_name(cfg, "label"))
+    if known.empty:
+        raise DataValidationError("every label is missing", file=source, column=column_name(cfg, "label"))
 
     if cfg.split == "column":
         bad = sorted(map(str, pd.unique(df["split"][~df["split"].isin(SPLITS)])))

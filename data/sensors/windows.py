@@ -1,4 +1,8 @@
-"""Sliding windows over a sorted sensor frame, labelled by whether a failure row follows within a horizon."""
+"""Sliding windows over a sorted sensor frame, labelled by whether a failure row follows within a horizon.
+
+A row's label is 1 (failure), 0 or -1 (missing: an unlabelled row). A window is positive when a failure row
+follows within the horizon, unlabelled (-1) when none does but a row of its horizon has no label, else 0.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ from data.sensors.validate import SPLITS
 
 @dataclass
 class Windows:
-    """n windows: X (n, C, T) float32 with NaN kept, y (n,) int8, unit (n,) str, time (n,) int64 time of the last row."""
+    """n windows: X (n, C, T) float32 with NaN kept, y (n,) int8 (-1: unlabelled), unit (n,) str, time (n,) int64
+    time of the last row."""
 
     X: np.ndarray
     y: np.ndarray
@@ -22,6 +27,10 @@ class Windows:
 
     def __len__(self) -> int:
         return len(self.y)
+
+    def take(self, mask: np.ndarray) -> "Windows":
+        """The windows where the boolean (n,) mask holds, in order."""
+        return Windows(X=self.X[mask], y=self.y[mask], unit=self.unit[mask], time=self.time[mask])
 
 
 def _changes(keys: np.ndarray) -> np.ndarray:
@@ -38,13 +47,20 @@ def _run_bounds(new_run: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return starts[run], ends[run]
 
 
+def _next_row(flag: np.ndarray) -> np.ndarray:
+    """(n,) index of the first row at or after each row where `flag` holds (n where none does)."""
+    n = len(flag)
+    return np.minimum.accumulate(np.where(flag, np.arange(n), n)[::-1])[::-1]
+
+
 def horizon_labels(unit: np.ndarray, label: np.ndarray, horizon: int) -> np.ndarray:
-    """(n,) int8: 1 where a label-1 row of the same unit lies within rows [i, i + horizon]; rows sorted by unit, time."""
-    n = len(label)
-    positive_at = np.where(label == 1, np.arange(n), n)
-    next_positive = np.minimum.accumulate(positive_at[::-1])[::-1]
+    """(n,) int8 per row of label (n,) 1/0/-1, rows sorted by unit, time: 1 where a label-1 row of the same unit
+    lies within rows [i, i + horizon]; else -1 where an unlabelled (-1) row does; else 0."""
     _, unit_end = _run_bounds(_changes(unit))
-    return ((next_positive - np.arange(n) <= horizon) & (next_positive <= unit_end)).astype(np.int8)
+    last = np.minimum(np.arange(len(label)) + horizon, unit_end)
+    positive = _next_row(label == 1) <= last
+    unknown = _next_row(label < 0) <= last
+    return np.where(positive, 1, np.where(unknown, -1, 0)).astype(np.int8)
 
 
 def make_windows(

@@ -37,7 +37,8 @@ from models.training import TrainResult
 
 @dataclass
 class FinetuneInputs:
-    """Featurised windows (n, 2C, T), labels (n,), the fitted featurizer and the pretrained encoder's weights."""
+    """Featurised windows (n, 2C, T), labels (n,), the fitted featurizer, the pretrained encoder's weights and the
+    featurised training windows without a label (m, 2C, T) for the mean teacher."""
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -45,6 +46,7 @@ class FinetuneInputs:
     val_y: np.ndarray
     featurizer: WindowFeaturizer
     encoder_state: dict | None
+    unlabelled_x: np.ndarray
 
 
 def load_inputs(use_pretrained: bool, in_flow: bool = True) -> FinetuneInputs:
@@ -56,7 +58,7 @@ def load_inputs(use_pretrained: bool, in_flow: bool = True) -> FinetuneInputs:
     if use_pretrained:
         encoder_state = load_encoder(SENSOR.pretrained)
     return FinetuneInputs(featurizer.transform(train.X), train.y, featurizer.transform(val.X), val.y, featurizer,
-                          encoder_state)
+                          encoder_state, featurizer.transform(prepared.unlabelled.X))
 
 
 def _checkpoint(index: int):
@@ -64,9 +66,10 @@ def _checkpoint(index: int):
 
 
 @compute_task(name="finetune-member", task_run_name="finetune-member-{seed}")
-def train_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed: int, checkpoint=None):
+def train_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, unlabelled_x, seed: int,
+                 checkpoint=None):
     return finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, seed, pick_device(),
-                           checkpoint=checkpoint)
+                           checkpoint=checkpoint, unlabelled_x=unlabelled_x)
 
 
 def train_members(inputs: FinetuneInputs, params: Params,
@@ -76,9 +79,10 @@ def train_members(inputs: FinetuneInputs, params: Params,
     args = (inputs.train_x, inputs.train_y, inputs.val_x, inputs.val_y, cfg.model, cfg.finetune, inputs.encoder_state)
     seeds = [cfg.finetune.seed + index for index in range(cfg.finetune.ensemble_size)]
     if distributed is not None:
-        return [finetune_member(*args, seed, pick_device(), checkpoint=_checkpoint(index), distributed=distributed)
+        return [finetune_member(*args, seed, pick_device(), checkpoint=_checkpoint(index), distributed=distributed,
+                                unlabelled_x=inputs.unlabelled_x)
                 for index, seed in enumerate(seeds)]
-    futures = [train_member.submit(*args, seed, _checkpoint(index)) for index, seed in enumerate(seeds)]
+    futures = [train_member.submit(*args, inputs.unlabelled_x, seed, _checkpoint(index)) for index, seed in enumerate(seeds)]
     return [future.result() for future in futures]
 
 
@@ -92,6 +96,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
         mlflow.set_tags({"started_from_pretrained": str(inputs.encoder_state is not None),
+                         "unlabelled_windows": str(len(inputs.unlabelled_x) if cfg.finetune.mean_teacher.enabled else 0),
                          "tuned": str(tuned_file("sensor").relative_to(SENSOR.root)) if tuned else "no",
                          "processes": str(distributed.world_size if distributed else 1)})
         members, histories = [], []

@@ -24,7 +24,8 @@ def train_trial(cfg, data: FinetuneInputs, on_epoch) -> TrainResult:
     """One member with the trial's `sensor` settings `cfg`, from the pretrained encoder where finetune would."""
     encoder = data.encoder_state if cfg.finetune.use_pretrained else None
     _, result = finetune_member(data.train_x, data.train_y, data.val_x, data.val_y, cfg.model, cfg.finetune, encoder,
-                                cfg.finetune.seed, pick_device(), on_epoch=on_epoch)
+                                cfg.finetune.seed, pick_device(), on_epoch=on_epoch,
+                                unlabelled_x=data.unlabelled_x)
     return result
 
 

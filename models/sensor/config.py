@@ -77,6 +77,24 @@ class LossConfig(StrictModel):
         return terms
 
 
+class MeanTeacherConfig(StrictModel):
+    """Semi-supervised fine-tuning (models/sensor/teacher.py): an EMA teacher whose soft labels smooth noisy
+    annotations, consistency between student and teacher, pseudo-labels on the unlabelled windows."""
+
+    enabled: bool = Field(False, description="train each member as a mean teacher; the teacher is the member kept")
+    ema_decay: float = Field(0.99, gt=0, lt=1, description="teacher = decay * teacher + (1 - decay) * student, per step")
+    soft_label_weight: float = Field(0.5, ge=0, le=1, description="a: the target is (1 - a) * label + a * teacher")
+    consistency_weight: float = Field(1.0, ge=0, description="c: squared difference of student and teacher probability")
+    pseudo_label_threshold: float = Field(0.95, gt=0.5, le=1, description="tau: a pseudo-label where the teacher's "
+                                          "probability of its class reaches this")
+    pseudo_label_weight: float = Field(1.0, ge=0, description="u: BCE of the student on the pseudo-labels")
+    unlabelled_batch_size: int = Field(128, ge=1, description="unlabelled windows drawn with each labelled batch")
+    ramp_epochs: int = Field(2, ge=0, description="a, c and u ramp up as exp(-5 (1 - t)^2) over these epochs")
+    augmentations: list[Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]] = Field(
+        default_factory=lambda: ["jitter", "scaling"], description="the student's view (data/sensors/augment.py)")
+    augment_probability: float = Field(0.5, ge=0, le=1)
+
+
 class SensorFinetuneConfig(FinetuneConfig):
     """Supervised fine-tuning for noisy, imbalanced labels."""
 
@@ -87,6 +105,7 @@ class SensorFinetuneConfig(FinetuneConfig):
     small_loss_drop: float = Field(0.0, ge=0, lt=1, description="small-loss curriculum: drop this share of the largest per-sample losses (0: off)")
     small_loss_warmup: int = Field(1, ge=0, description="epochs before the drop rate reaches small_loss_drop (linear ramp)")
     checkpoint: bool = Field(True, description="checkpoint every epoch; a killed run resumes from the last one")
+    mean_teacher: MeanTeacherConfig = Field(default_factory=MeanTeacherConfig)
 
 
 class SensorCalibrateConfig(StrictModel):

@@ -3,7 +3,8 @@
 Pretraining (train + validation windows, never test): masked reconstruction of hidden spans plus
 SimCLR NT-Xent between two augmented views (data/sensors/augment.py). Fine-tuning: a configurable
 robust loss (models/losses.py), class-aware sampling or inverse-frequency weights, time-series mixup,
-a small-loss curriculum, early stopping on validation PR-AUC and a checkpoint every epoch.
+a small-loss curriculum, optionally a mean teacher with pseudo-labels on unlabelled windows
+(models/sensor/teacher.py), early stopping on validation PR-AUC and a checkpoint every epoch.
 Every random choice of an epoch is seeded from (seed, epoch), so a resumed run repeats it exactly.
 """
 
@@ -25,6 +26,7 @@ from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
 from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
+from models.sensor.teacher import MeanTeacher, ramp_up
 from models.schedules import lr_factor
 from models.training import TrainResult, train
 
@@ -145,11 +147,13 @@ def finetune_member(
     distributed: DistributedContext | None = None,
     make_encoder: Callable[[int], nn.Module] | None = None,
     on_epoch: Callable[[int, float], None] | None = None,
+    unlabelled_x: np.ndarray | None = None,
 ) -> tuple[SensorClassifier, TrainResult]:
     """One ensemble member: the configured loss, sampling, mixup and curriculum; early stopping on
     validation PR-AUC; a checkpoint every epoch at `checkpoint` (resumed when it matches).
 
-    train_x, val_x: (n, 2C, T) features; train_y, val_y: (n,) 0/1.
+    train_x, val_x: (n, 2C, T) features; train_y, val_y: (n,) 0/1; unlabelled_x: (m, 2C, T) windows without a
+    label, used by the mean teacher (cfg.mean_teacher.enabled) only.
     distributed: data-parallel in a torchrun process group (models/training.train), on its device.
     make_encoder: in_channels -> an encoder in the place of SensorEncoder (SensorClassifier's `encoder`), built
     after seeding; `encoder_state` must then be None.
@@ -168,35 +172,54 @@ def finetune_member(
     weights = class_weights(train_y, cfg.sampling)
     loss_fn = make_loss(cfg.loss.terms, focal_gamma=cfg.loss.focal_gamma, focal_alpha=cfg.loss.focal_alpha,
                         gce_q=cfg.loss.gce_q, sce_alpha=cfg.loss.sce_alpha, sce_beta=cfg.loss.sce_beta)
+    teacher_cfg = cfg.mean_teacher
+    unlabelled_x = np.empty((0, *train_x.shape[1:]), np.float32) if unlabelled_x is None else unlabelled_x
+    tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
 
     def batches(epoch: int):
         rng = np.random.default_rng([seed, epoch])
         order = epoch_indices(train_y, cfg.sampling, rng)
         drop = small_loss_rate(cfg, epoch)
-        for start in range(0, len(order), cfg.batch_size):
+        unlabelled_order = rng.permutation(len(unlabelled_x))
+        for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
             idx = order[start:start + cfg.batch_size]
             x, y, w = train_x[idx], train_y[idx], weights[idx]
             if cfg.mixup_alpha > 0:
                 x, y, w = mixup(x, y, w, cfg.mixup_alpha, rng)
-            yield torch.from_numpy(x).to(device), torch.from_numpy(y).to(device), torch.from_numpy(w).to(device), drop
+            if not teacher_cfg.enabled:
+                yield tensor(x), tensor(y), tensor(w), drop
+                continue
+            size = min(teacher_cfg.unlabelled_batch_size, len(unlabelled_order))
+            x_u = unlabelled_x[np.take(unlabelled_order, np.arange(batch * size, (batch + 1) * size), mode="wrap")]
+            views = [augment(a, rng, teacher_cfg.augmentations, teacher_cfg.augment_probability) for a in (x, x_u)]
+            yield (tensor(x), tensor(views[0]), tensor(y), tensor(w), drop, tensor(x_u), tensor(views[1]),
+                   ramp_up(epoch, teacher_cfg.ramp_epochs))
+
+    trained, member, after_step = model, model, None
+    if teacher_cfg.enabled:
+        trained = MeanTeacher(model, teacher_cfg, loss_fn)
+        member, after_step = trained.teacher.module, trained.update_teacher
 
     def loss_step(net, batch):
+        if teacher_cfg.enabled:
+            return net(*batch)
         x, y, w, drop = batch
         return reduce_loss(loss_fn(net(x).float(), y), w, drop)
 
-    def validate(net) -> float:
-        return float(average_precision_score(val_y, predict_logits(net, val_x, device)))
+    def validate(_) -> float:
+        return float(average_precision_score(val_y, predict_logits(member, val_x, device)))
 
     key = None
     if checkpoint is not None:
         encoder_sum = None if encoder_state is None else float(sum(v.double().sum() for v in encoder_state.values()))
         key = _fingerprint(model_cfg.model_dump_json(), cfg.model_dump_json(), seed, encoder_sum,
-                           np.ascontiguousarray(train_x), train_y, np.ascontiguousarray(val_x), np.asarray(val_y))
+                           np.ascontiguousarray(train_x), train_y, np.ascontiguousarray(val_x), np.asarray(val_y),
+                           np.ascontiguousarray(unlabelled_x) if teacher_cfg.enabled else None)
     result = train(
-        model, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
+        trained, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
         checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
         lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio),
-        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
+        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch, after_step=after_step,
     )
-    return model.cpu(), result
+    return member.cpu(), result

@@ -50,6 +50,18 @@ def test_train_label_flips_are_seeded_and_counted():
     np.testing.assert_array_equal(clean.windows["val"].y, p.windows["val"].y)
 
 
+def test_withheld_training_labels_are_seeded_and_leave_the_other_splits_alone():
+    cfg = SensorDataConfig(train_unlabelled_fraction=0.5, simulator={"n_units": 12, "n_steps": 400})
+    p, full = prepare_sensor_data(cfg), prepare_sensor_data(cfg.model_copy(update={"train_unlabelled_fraction": 0.0}))
+    assert len(full.unlabelled) == 0
+    assert len(p.unlabelled) == round(0.5 * len(full.windows["train"])) == p.report["unlabelled_train_windows"]
+    assert len(p.windows["train"]) + len(p.unlabelled) == len(full.windows["train"])
+    assert (p.unlabelled.y == -1).all() and len(p.y_clean_train) == len(p.windows["train"])
+    np.testing.assert_array_equal(prepare_sensor_data(cfg).unlabelled.time, p.unlabelled.time)
+    for name in ("val", "test"):
+        np.testing.assert_array_equal(p.windows[name].y, full.windows[name].y)
+
+
 def test_constant_channel_is_dropped_and_reported():
     df = pd.DataFrame({"unit": np.repeat(["a", "b", "c"], 20), "time": np.tile(np.arange(20), 3)})
     df["wobble"], df["flat"], df["label"] = np.sin(np.arange(60)), 1.0, np.tile(np.r_[np.zeros(19, int), 1], 3)

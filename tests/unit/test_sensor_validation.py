@@ -75,11 +75,35 @@ def test_no_sensor_columns():
     assert SOURCE in str(info.value)
 
 
-@pytest.mark.parametrize("bad", [2, -1, np.nan])
+@pytest.mark.parametrize("bad", [2, -1, 0.5])
 def test_label_outside_0_1(bad):
-    df = _frame()
+    df = _frame().astype({"label": float})
     df.loc[5, "label"] = bad
-    _raises(df, COLUMN_CFG, "label", "labels must be 0 or 1")
+    error = _raises(df, COLUMN_CFG, "label", "labels must be 0, 1 or missing")
+    assert str(bad) in str(error)
+
+
+def test_every_label_missing():
+    _raises(_frame().assign(label=np.nan), COLUMN_CFG, "label", "every label is missing")
+
+
+def test_missing_labels_leave_the_splits_and_train_ones_are_kept_unlabelled():
+    """Rows without a label: training windows whose horizon reaches them become unlabelled windows, validation ones
+    are dropped and counted; positives stay positive (a failure within the horizon is known)."""
+    df = _frame()
+    labelled = prepare_sensor_frame(df, COLUMN_CFG, SOURCE)
+    train_unit = df.loc[df["split"] == "train", "unit"].iloc[0]
+    df.loc[(df["unit"] == train_unit) & (df["time"] < 20), "label"] = np.nan
+    df.loc[(df["split"] == "val") & (df["time"] < 10), "label"] = np.nan
+    p = prepare_sensor_frame(df, COLUMN_CFG, SOURCE)
+    assert len(p.unlabelled) == p.report["unlabelled_train_windows"] == p.report["windows_without_label"]["train"] > 0
+    assert (p.unlabelled.unit == train_unit).all() and (p.unlabelled.y == -1).all()
+    assert p.unlabelled.time.max() < 20
+    assert len(p.windows["train"]) + len(p.unlabelled) == len(labelled.windows["train"])
+    assert p.report["windows_without_label"]["val"] > 0
+    assert len(p.windows["val"]) == len(labelled.windows["val"]) - p.report["windows_without_label"]["val"]
+    assert p.report["positives"]["val"] == labelled.report["positives"]["val"]
+    assert (p.windows["train"].y >= 0).all() and (p.windows["val"].y >= 0).all()
 
 
 def test_bad_split_value():

@@ -37,6 +37,17 @@ def test_horizon_labels_by_hand():
     assert horizon_labels(np.array(["A", "A", "B"]), np.array([0, 0, 1]), 5).tolist() == [0, 0, 1]
 
 
+def test_horizon_labels_with_unlabelled_rows():
+    """-1 rows: a row is unlabelled when its horizon reaches one and no failure; a known failure still wins."""
+    unit = np.array(["A"] * 6 + ["B"] * 2)
+    label = np.array([0, -1, 0, 0, 1, 0, 0, 0])
+    assert horizon_labels(unit, label, 0).tolist() == [0, -1, 0, 0, 1, 0, 0, 0]
+    assert horizon_labels(unit, label, 1).tolist() == [-1, -1, 0, 1, 1, 0, 0, 0]
+    assert horizon_labels(unit, label, 3).tolist() == [-1, 1, 1, 1, 1, 0, 0, 0]
+    # an unlabelled row of B is not A's
+    assert horizon_labels(np.array(["A", "B"]), np.array([0, -1]), 3).tolist() == [0, -1]
+
+
 def test_windows_by_hand_horizon_3(tiny):
     df, splits = tiny
     w = make_windows(df, ["v", "w"], window=3, stride=2, horizon=3, splits=splits)
