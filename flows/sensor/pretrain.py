@@ -1,5 +1,5 @@
 """Stage `sensor_pretrain`: self-supervised masked reconstruction + SimCLR contrastive learning on unlabelled
-windows of the train split (as molecule pretraining: validation, which chooses the fine-tuning epochs and fits the
+windows of the train split, labelled or not (as molecule pretraining: validation, which chooses the fine-tuning epochs and fits the
 calibration, stays unseen, so its scores are not flattered); the encoder is a DVC output and an MLflow artifact."""
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ def pretrain(features: np.ndarray, model_cfg, cfg):
 
 @flow(name="sensor-pretrain")
 def sensor_pretrain(params_file: str = "params.yaml") -> None:
-    """Pretrain the sensor encoder (`sensor.model`, `sensor.pretrain`) on the train windows alone."""
+    """Pretrain the sensor encoder (`sensor.model`, `sensor.pretrain`) on the train windows alone, with the training
+    windows that have no label."""
     params = load_params(params_file)
     cfg = params.sensor
     SENSOR.pretrained.parent.mkdir(parents=True, exist_ok=True)
@@ -38,7 +39,7 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
             return
         prepared = load_windows()
         featurizer = WindowFeaturizer(prepared.channels).fit(prepared.windows["train"].X)
-        unlabelled = prepared.windows["train"].X
+        unlabelled = np.concatenate([prepared.windows["train"].X, prepared.unlabelled.X])
         encoder, decoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
