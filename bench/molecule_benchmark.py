@@ -8,6 +8,8 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
     .venv/bin/python bench/molecule_benchmark.py                       # everything, 1 seed
     .venv/bin/python bench/molecule_benchmark.py --datasets esol --variants fused_pre --seeds 0 1 2
     .venv/bin/python bench/molecule_benchmark.py --chemprop ''         # skip chemprop
+    .venv/bin/python bench/molecule_benchmark.py --variants fused_pre --extra-smiles data/corpus/moses_50000.csv \
+        --out bench/results/molecule_moses50k.json                      # pretraining on a corpus (`make corpus`)
 
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/molecule.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`), then the
@@ -39,6 +41,7 @@ from data.molecules.featurize import featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
 from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
+from flows.molecule.pretrain import extra_smiles  # noqa: E402
 from flows.params import load_params  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
 from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
@@ -191,6 +194,9 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=None, help="ensemble members (default: molecule.finetune.ensemble_size)")
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
     parser.add_argument("--pretrain-epochs", type=int, default=None)
+    parser.add_argument("--extra-smiles", type=Path, default=None,
+                        help="pretrain on the training molecules plus this file's `smiles` (molecule.pretrain.extra_smiles; "
+                             "validation and test molecules are removed from it)")
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
                         "docs/molecule.md); '' to skip")
@@ -222,6 +228,14 @@ def main() -> None:
         task = spec["task"]
         y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
         data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val", "test")}
+        corpus, corpus_report = data["train"], {}
+        if args.extra_smiles is not None:
+            held_out = {*prepared.splits["val"]["smiles"], *prepared.splits["test"]["smiles"]}
+            extra, corpus_report = extra_smiles.fn(args.extra_smiles, "smiles", held_out, params.molecule.data.max_heavy_atoms)
+            t = time.time()
+            corpus = Molecules.from_smiles(list(dict.fromkeys([*prepared.splits["train"]["smiles"], *extra])), tokenizer)
+            corpus_report = {**corpus_report, "pretrain_molecules": len(corpus), "featurize_seconds": round(time.time() - t, 1)}
+            print(f"{name}: pretraining corpus {corpus_report}", flush=True)
         model_cfg, finetune, pretrain_cfg = settings(params, {} if args.params_only else SETTINGS[name], args)
         members = args.members or finetune.ensemble_size
         runs = []
@@ -235,6 +249,7 @@ def main() -> None:
                 "anchors_test": spec["anchors"], "seeds": sorted({r["seed"] for r in merged}), "members": members,
                 "finetune": finetune.model_dump(mode="json"), "pretrain": pretrain_cfg.model_dump(mode="json"),
                 "model": model_cfg.model_dump(), "summary": summarise(merged), "runs": merged,
+                **({"pretraining_corpus": {"file": str(args.extra_smiles), **corpus_report}} if corpus_report else {}),
             }
             out_path.parent.mkdir(parents=True, exist_ok=True)
             out_path.write_text(json.dumps(report, indent=1) + "\n")
@@ -257,6 +272,7 @@ def main() -> None:
                 record("chemprop_descriptors", seed,
                        run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs, descriptors=True), time.time() - t)
             pretrained = {}  # distance weight -> pretrained state
+            pretrain_seconds = {}  # distance weight -> seconds per pretraining epoch
 
             def pretrained_state(variant: str) -> dict | None:
                 if not VARIANTS[variant][1]:
@@ -265,9 +281,11 @@ def main() -> None:
                 if weight not in pretrained:
                     t = time.time()
                     cfg = pretrain_cfg.model_copy(update={"seed": seed, "distance_weight": weight})
-                    net, _ = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
+                    net, _ = pretrain_model(corpus, len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
                     pretrained[weight] = net.state_dict()
-                    print(f"{name} pretraining seed {seed} (distance weight {weight}): {time.time() - t:.0f} s", flush=True)
+                    pretrain_seconds[weight] = round((time.time() - t) / cfg.epochs, 1)
+                    print(f"{name} pretraining seed {seed} (distance weight {weight}) on {len(corpus)} molecules: "
+                          f"{time.time() - t:.0f} s", flush=True)
                 return pretrained[weight]
 
             for variant in args.variants:
@@ -276,8 +294,10 @@ def main() -> None:
                 t = time.time()
                 prediction, best = run_ours(data, y, task, tokenizer, model_cfg, finetune, modalities, descriptors,
                                             state, seed, members)
+                weight = DISTANCE_WEIGHT if variant.endswith("_distance") else pretrain_cfg.distance_weight
+                per_epoch = {"pretrain_seconds_per_epoch": pretrain_seconds[weight]} if use_pre else {}
                 record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best, members=members,
-                       settings={} if args.params_only else SETTINGS[name])
+                       settings={} if args.params_only else SETTINGS[name], **per_epoch)
     print(f"wrote {out_path}")
 
 

@@ -28,6 +28,7 @@ SENSOR_METHODS = {"hist_gradient_boosting": "HGB", "minirocket": "MiniRocket + l
                   "ours_full": "ours", "ours_no_pretraining": "ours, no pretraining",
                   "ours_plain_ce": "ours, plain CE", "ours_no_calibration": "ours, no calibration",
                   "ours_no_statistics": "ours, no statistics", "ours_mean_teacher": "ours, mean teacher",
+                  "ours_uncertainty_weights": "ours, uncertainty weights",
                   "recurrent_rnn": "RNN encoder (as many parameters)",
                   "recurrent_gru": "GRU encoder (as many parameters)",
                   "recurrent_lstm": "LSTM encoder (as many parameters)", "ours_novelty": "novelty only",

@@ -23,7 +23,9 @@ or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), and combined 
 training fleet's normal (`ours_combined_fleet`).
 Mean teacher (`--variants full mean_teacher`): the full recipe with each member trained as a mean teacher
 (`ours_mean_teacher`, models/sensor/teacher.py), on the unlabelled windows too where the condition has them
-(`fd001_half_labelled`: FD001 with half of the training windows' labels withheld).
+(`fd001_half_labelled`: FD001 with half of the training windows' labels withheld). Uncertainty weights
+(`--variants full uncertainty_weights`): the full recipe with `sampling: uncertainty` (inverse-frequency weights,
+positive windows weighed by the member's MC-dropout confidence; `ours_uncertainty_weights`).
 """
 
 from __future__ import annotations
@@ -224,7 +226,8 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     model_cfg = SensorModelConfig(**MODEL)
     torch.manual_seed(seed)
     encoder_state = None
-    if {"full", "no_calibration", "plain_ce", "no_statistics", "novelty", "mean_teacher"} & set(variants):
+    if {"full", "no_calibration", "plain_ce", "no_statistics", "novelty", "mean_teacher",
+         "uncertainty_weights"} & set(variants):
         t = time.time()
         unlabelled = np.concatenate([train_x, unlabelled_x, val_x])  # never test windows
         encoder, decoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed),
@@ -255,6 +258,13 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         out["ours_mean_teacher"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         timings["ours_mean_teacher"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] mean teacher {out['ours_mean_teacher']}", flush=True)
+    if "uncertainty_weights" in variants:
+        t = time.time()
+        weighted = SensorFinetuneConfig(**FINETUNE, **ROBUST, sampling="uncertainty", seed=seed)
+        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, weighted, encoder_state, device)
+        out["ours_uncertainty_weights"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
+        timings["ours_uncertainty_weights"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] uncertainty weights {out['ours_uncertainty_weights']}", flush=True)
     if "no_pretraining" in variants:
         t = time.time()
         members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
@@ -331,7 +341,8 @@ def merge(key: str, result: dict) -> None:
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
-           ("ours_mean_teacher", "ours, mean teacher"), ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder"),
+           ("ours_mean_teacher", "ours, mean teacher"), ("ours_uncertainty_weights", "ours, uncertainty weights"),
+           ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder"),
            ("ours_novelty", "novelty only"), ("ours_combined", "ours + novelty"),
            ("ours_combined_fleet", "ours + novelty, fleet reference"), ("ours_combined_stacker", "ours + novelty, stacker"),
            ("ours_combined_max", "ours + novelty, max")]
@@ -365,11 +376,12 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
                         choices=["full", "no_pretraining", "plain_ce", "no_statistics", "novelty", "mean_teacher",
-                                 *RECURRENT_KINDS],
+                                 "uncertainty_weights", *RECURRENT_KINDS],
                         help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
                              "of as many parameters as ours, no pretraining; novelty: the departure-from-normal score "
                              "of the pretrained encoder, alone and combined with ours (models/sensor/novelty.py); "
-                             "mean_teacher: the full recipe trained as mean teachers (models/sensor/teacher.py)")
+                             "mean_teacher: the full recipe trained as mean teachers (models/sensor/teacher.py); "
+                             "uncertainty_weights: the full recipe with sampling=uncertainty (models/sensor/sampling.py)")
     parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
                         help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")
     parser.add_argument("--groups", nargs="+", default=list(SKAB_FAULT_TYPES), choices=list(SKAB_FAULT_TYPES))

@@ -99,8 +99,12 @@ class SensorFinetuneConfig(FinetuneConfig):
     """Supervised fine-tuning for noisy, imbalanced labels."""
 
     loss: LossConfig = Field(default_factory=LossConfig)
-    sampling: Literal["none", "balanced", "weighted"] = Field(
-        "none", description="balanced: class-aware batches (prior shift, corrected by calibration); weighted: inverse-frequency loss weights")
+    sampling: Literal["none", "balanced", "weighted", "uncertainty"] = Field(
+        "none", description="balanced: class-aware batches (prior shift, corrected by calibration); weighted: "
+        "inverse-frequency loss weights; uncertainty: as weighted, and minority windows weighed by the model's "
+        "confidence in them (models/sensor/sampling.py)")
+    uncertainty_passes: int = Field(4, ge=2, description="sampling=uncertainty: MC-dropout passes over the training "
+                                    "windows before each epoch after the first (their spread is the uncertainty)")
     mixup_alpha: float = Field(0.0, ge=0, description="time-series mixup Beta(alpha, alpha) (0: off)")
     small_loss_drop: float = Field(0.0, ge=0, lt=1, description="small-loss curriculum: drop this share of the largest per-sample losses (0: off)")
     small_loss_warmup: int = Field(1, ge=0, description="epochs before the drop rate reaches small_loss_drop (linear ramp)")

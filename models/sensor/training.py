@@ -2,7 +2,7 @@
 
 Pretraining (train + validation windows, never test): masked reconstruction of hidden spans plus
 SimCLR NT-Xent between two augmented views (data/sensors/augment.py). Fine-tuning: a configurable
-robust loss (models/losses.py), class-aware sampling or inverse-frequency weights, time-series mixup,
+robust loss (models/losses.py), a sampling (models/sensor/sampling.py), time-series mixup,
 a small-loss curriculum, optionally a mean teacher with pseudo-labels on unlabelled windows
 (models/sensor/teacher.py), early stopping on validation PR-AUC and a checkpoint every epoch.
 Every random choice of an epoch is seeded from (seed, epoch), so a resumed run repeats it exactly.
@@ -25,6 +25,7 @@ from models.mc_dropout import sample_dropout
 from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
+from models.sensor.sampling import SAMPLINGS
 from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
 from models.sensor.teacher import MeanTeacher, ramp_up
 from models.schedules import lr_factor
@@ -92,22 +93,11 @@ def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.d
     return torch.cat(out).numpy() if out else np.empty(0, np.float32)
 
 
-def epoch_indices(y: np.ndarray, sampling: str, rng: np.random.Generator) -> np.ndarray:
-    """One epoch's sample order: a permutation, or (balanced) len(y) draws with each class equally likely."""
-    n = len(y)
-    if sampling != "balanced" or y.min() == y.max():
-        return rng.permutation(n)
-    positive = y > 0.5
-    p = np.where(positive, 0.5 / positive.sum(), 0.5 / (~positive).sum())
-    return rng.choice(n, size=n, replace=True, p=p / p.sum())
-
-
-def class_weights(y: np.ndarray, sampling: str) -> np.ndarray:
-    """Per-sample weights (n,): inverse class frequency (mean 1) for sampling='weighted', else ones."""
-    y = np.asarray(y) > 0.5
-    if sampling != "weighted" or y.all() or not y.any():
-        return np.ones(len(y), np.float32)
-    return np.where(y, len(y) / (2 * y.sum()), len(y) / (2 * (~y).sum())).astype(np.float32)
+def mc_dropout_spread(model: torch.nn.Module, features: np.ndarray, device: torch.device, passes: int) -> np.ndarray:
+    """(n,) standard deviation of the failure probability over `passes` MC-dropout passes of `model`."""
+    probabilities = [torch.sigmoid(torch.from_numpy(predict_logits(model, features, device, dropout=True))).numpy()
+                     for _ in range(passes)]
+    return np.std(probabilities, axis=0)
 
 
 def mixup(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float, rng: np.random.Generator):
@@ -169,16 +159,21 @@ def finetune_member(
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
     train_y = np.asarray(train_y, dtype=np.float32)
-    weights = class_weights(train_y, cfg.sampling)
     loss_fn = make_loss(cfg.loss.terms, focal_gamma=cfg.loss.focal_gamma, focal_alpha=cfg.loss.focal_alpha,
                         gce_q=cfg.loss.gce_q, sce_alpha=cfg.loss.sce_alpha, sce_beta=cfg.loss.sce_beta)
     teacher_cfg = cfg.mean_teacher
     unlabelled_x = np.empty((0, *train_x.shape[1:]), np.float32) if unlabelled_x is None else unlabelled_x
     tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
 
+    def uncertainty() -> np.ndarray:
+        """MC-dropout spread of the member being trained, on its training windows; back to training mode after."""
+        spread = mc_dropout_spread(model, train_x, device, cfg.uncertainty_passes)
+        trained.train()
+        return spread
+
     def batches(epoch: int):
         rng = np.random.default_rng([seed, epoch])
-        order = epoch_indices(train_y, cfg.sampling, rng)
+        order, weights = SAMPLINGS[cfg.sampling](train_y, rng, uncertainty if epoch else None)
         drop = small_loss_rate(cfg, epoch)
         unlabelled_order = rng.permutation(len(unlabelled_x))
         for batch, start in enumerate(range(0, len(order), cfg.batch_size)):

@@ -9,7 +9,7 @@ from models.calibration import select_calibration
 from models.sensor.baselines import fit_minirocket
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
 from models.sensor.minirocket import KERNELS, MiniRocket, _shifted
-from models.sensor.training import class_weights, epoch_indices, finetune_member, mixup, pretrain_encoder
+from models.sensor.training import finetune_member, mixup, pretrain_encoder
 from tests.devices import DEVICES
 
 TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.2, attention_layers=1, heads=2, projection=4)
@@ -74,16 +74,6 @@ def test_killed_finetuning_resumes_after_its_last_epoch_and_ends_identically(tmp
     _, other = finetune_member(x, y, vx, vy, TINY, finetune_cfg(lr=0.005), None, seed=3, device=device,
                                checkpoint=checkpoint)
     assert other.resumed_from is None and seen == [0, 1, 2, 3]
-
-
-def test_balanced_sampling_and_inverse_frequency_weights():
-    y = np.array([1] * 10 + [0] * 90)
-    drawn = epoch_indices(y, "balanced", np.random.default_rng(0))
-    assert len(drawn) == 100 and 0.35 < y[drawn].mean() < 0.65
-    assert sorted(epoch_indices(y, "none", np.random.default_rng(0))) == list(range(100))
-    w = class_weights(y, "weighted")
-    assert w.mean() == pytest.approx(1.0) and w[y == 1].sum() == pytest.approx(w[y == 0].sum())
-    assert np.all(class_weights(y, "none") == 1)
 
 
 def test_mixup_mixes_windows_labels_and_weights_alike():
