@@ -43,6 +43,11 @@ TRIALS_FILE = "trials.json"  # the trial records, best first
 STARTUP_TRIALS = 5  # finished trials before the median rule prunes, and TPE's random trials at most
 
 
+def no_inert_settings(params: Params) -> set[str]:
+    """Every key of the space can change a trial."""
+    return set()
+
+
 @dataclass(frozen=True)
 class Tunable:
     """What the tune stage needs of a family.
@@ -53,16 +58,27 @@ class Tunable:
     loop's validation score (higher is better) into it (molecule regression: "val_rmse", -1);
     train_trial(family_params, inputs, on_epoch) -> TrainResult: one member trained with the trial's settings,
     `on_epoch(epoch, score)` called after each epoch. All three module-level functions, so Dask workers can run them.
+    inert(params) -> the space's keys that cannot change a trial with these params (a regression loss of a
+    classifier); they are left out of the search, and the stage says so.
     """
 
     paths: StagePaths
     load_inputs: Callable[[Params], Any]
     metric: Callable[[Any], tuple[str, float]]
     train_trial: Callable[[Any, Any, Callable[[int, float], None]], TrainResult]
+    inert: Callable[[Params], set[str]] = no_inert_settings
 
     @property
     def family(self) -> str:
         return self.paths.family
+
+
+def searched(cfg: TuneConfig, inert: set[str]) -> tuple[TuneConfig, list[str]]:
+    """`cfg` without the inert keys of its space, and those keys (sorted); ValueError when nothing is left."""
+    skipped = sorted(set(cfg.space) & inert)
+    if skipped and len(skipped) == len(cfg.space):
+        raise ValueError(f"no setting of the search space can change a trial here: {skipped}")
+    return cfg.model_copy(update={"space": {k: d for k, d in cfg.space.items() if k not in inert}}), skipped
 
 
 def _choices(dimension: SearchDimension) -> list:
@@ -192,6 +208,10 @@ def tune(tunable: Tunable, params_file: str) -> list[dict]:
         for value in ([cfg.space[key].low, cfg.space[key].high] if cfg.space[key].choices is None
                       else cfg.space[key].choices):
             with_overrides(params, {f"{family}.{key}": int(value) if cfg.space[key].integer else value})
+    cfg, skipped = searched(cfg, tunable.inert(params))
+    if skipped:
+        print(f"{family} tune: {skipped} cannot change a trial with these settings; left out of the search")
+        params = with_overrides(params, {f"{family}.tune.space": cfg.model_dump(mode="json")["space"]})
     trials = min(cfg.trials, cfg.grid_size()) if cfg.sampler == "grid" else cfg.trials
     study_path = (out / STUDY_FILE).resolve()
     study_path.unlink(missing_ok=True)

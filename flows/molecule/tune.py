@@ -35,7 +35,14 @@ def train_trial(cfg, data: FinetuneInputs, on_epoch) -> TrainResult:
     return result
 
 
-TUNABLE = Tunable(MOLECULE, inputs, metric, train_trial)
+def inert(params: Params) -> set[str]:
+    """The other task's loss settings: a classifier has no regression loss, a regressor no classification loss."""
+    if params.molecule.data.task == "classification":
+        return {"finetune.regression_loss", "finetune.huber_delta"}
+    return {"finetune.classification_loss", "finetune.focal_gamma"}
+
+
+TUNABLE = Tunable(MOLECULE, inputs, metric, train_trial, inert)
 
 
 @flow(name="molecule-tune")

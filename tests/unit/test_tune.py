@@ -5,10 +5,11 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from flows.config import SearchDimension
+from flows.config import SearchDimension, TuneConfig
+from flows.molecule.tune import inert
 from flows.params import Params, with_overrides
 from flows.paths import StagePaths
-from flows.tune import Tunable, journal, run_trial, suggest
+from flows.tune import Tunable, journal, run_trial, searched, suggest
 from models.training import TrainResult
 
 
@@ -66,3 +67,16 @@ def test_a_trial_that_cannot_train_is_failed_with_its_reason_and_the_study_goes_
     record = run_trial.fn(tunable, 0, params, None, str(path), 1.0)
     assert record["state"] == "failed" and "size mismatch for encoder.weight" in record["error"]
     assert optuna.load_study(study_name="sensor", storage=journal(path)).trials[0].state.name == "FAIL"
+
+
+def test_settings_that_cannot_change_a_trial_leave_the_search():
+    params = Params()
+    space = {"finetune.lr": {"low": 1e-4, "high": 1e-2}, "finetune.regression_loss": {"choices": ["mse", "huber"]}}
+    cfg = TuneConfig(trials=4, space=space)
+    classifier = with_overrides(params, {"molecule.data.task": "classification"})
+    kept, skipped = searched(cfg, inert(classifier))
+    assert list(kept.space) == ["finetune.lr"] and skipped == ["finetune.regression_loss"]
+    kept, skipped = searched(cfg, inert(params))  # the default is a regression
+    assert list(kept.space) == list(space) and skipped == []
+    with pytest.raises(ValueError, match="no setting of the search space"):
+        searched(TuneConfig(trials=4, space={"finetune.huber_delta": {"low": 0.5, "high": 2.0}}), inert(classifier))
