@@ -1,0 +1,132 @@
+"""Single-view answers of the molecule model (not a test): how good the service's fallbacks are, side by side in one
+run, with params.yaml's defaults, on ESOL and BBBP (deterministic scaffold split, ../shared/ANCHORS.md).
+
+    .venv/bin/python bench/fallback_molecule.py                          # both datasets, seed 0
+    .venv/bin/python bench/fallback_molecule.py --datasets esol --seeds 0 1 2 --modality-dropout 0 0.1
+
+The same trained ensemble answers every test molecule four ways:
+- `fused`: both views, as the service answers a molecule it can build a graph for;
+- `smiles_only`: the graph view hidden, descriptors kept (a molecule over the size limit of the structural
+  encodings: RDKit still reads it);
+- `smiles_only_no_descriptors`: the graph view hidden and the descriptors unknown (RDKit cannot sanitise it);
+- `graph_only`: the SMILES view hidden (a SMILES the tokenizer cannot take).
+`--modality-dropout` trains one ensemble per value of `molecule.finetune.modality_dropout` (the default hides one
+view of a training molecule with probability 0.1 each, which is what trains the fallbacks). Results merge into
+bench/results/fallback_molecule.json after every condition; bench/results/fallback_molecule.md is generated from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tabulate import tabulate
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "bench"))
+
+import molecule_benchmark  # noqa: E402
+from data.molecules.featurize import graph_less, smiles_view_only  # noqa: E402
+from flows.params import load_params  # noqa: E402
+from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
+from sensor_benchmark import commit  # noqa: E402
+
+RESULTS = PROJECT / "bench" / "results" / "fallback_molecule.json"
+TABLE = RESULTS.with_suffix(".md")
+CPU = torch.device("cpu")
+VIEWS = ("fused", "smiles_only", "smiles_only_no_descriptors", "graph_only")
+HIDDEN = "graph view hidden by the benchmark"
+
+
+def views(test: Molecules) -> dict[str, Molecules]:
+    """The test molecules as each view answers them."""
+    smiles = [graph.smiles for graph in test.graphs]
+    return {
+        "fused": test,
+        "smiles_only": Molecules([smiles_view_only(s, HIDDEN) for s in smiles], test.tokens),
+        "smiles_only_no_descriptors": Molecules([graph_less(s, HIDDEN) for s in smiles], test.tokens),
+        "graph_only": Molecules(test.graphs, [None] * len(test)),
+    }
+
+
+def condition(params, dataset: str, seed: int, modality_dropout: float) -> dict:
+    molecule = params.molecule
+    prepared, tokenizer = molecule_benchmark.load(dataset)
+    task = molecule_benchmark.DATASETS[dataset]["task"]
+    y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
+    data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val", "test")}
+    mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
+    finetune = molecule.finetune.model_copy(update={"modality_dropout": modality_dropout})
+    started = time.time()
+    pretrained = None
+    if molecule.pretrain.enabled and finetune.use_pretrained:
+        cfg = molecule.pretrain.model_copy(update={"seed": seed})
+        pretrained = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, molecule.model, cfg, CPU)[0].state_dict()
+    members = [finetune_member(data["train"], (y["train"] - mean) / std, data["val"], (y["val"] - mean) / std, task,
+                               molecule.model, finetune, pretrained, len(tokenizer), tokenizer.max_length,
+                               seed * 100 + i, CPU)[0] for i in range(finetune.ensemble_size)]
+    trained = time.time() - started
+    scores = {}
+    for view, molecules in views(data["test"]).items():
+        raw = np.mean([predict_raw(m, molecules, CPU) for m in members], axis=0)
+        prediction = mean + std * raw if task == "regression" else 1 / (1 + np.exp(-raw))
+        scores[view] = molecule_benchmark.metrics(task, y["test"], prediction)
+    return {"dataset": dataset, "task": task, "seed": seed, "modality_dropout": modality_dropout,
+            "test_molecules": len(y["test"]), "train_seconds": round(trained, 1), "views": scores,
+            "measured_at": commit()}
+
+
+def write_table(results: dict) -> str:
+    """bench/results/fallback_molecule.md: per dataset and modality dropout, each view's test metric over seeds."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in results.values():
+        groups.setdefault((run["dataset"], run["modality_dropout"]), []).append(run)
+    body = []
+    for (dataset, dropout), runs in sorted(groups.items()):
+        metric = "rmse" if runs[0]["task"] == "regression" else "roc_auc"
+        cells = []
+        for view in VIEWS:
+            values = np.array([run["views"][view][metric] for run in runs])
+            cells.append(f"{values.mean():.3f}" + (f" ± {values.std():.3f}" if len(values) > 1 else ""))
+        body.append([dataset, f"{dropout:g}", "RMSE" if metric == "rmse" else "ROC-AUC",
+                     ", ".join(str(run["seed"]) for run in sorted(runs, key=lambda r: r["seed"])), *cells])
+    text = ("# Single-view answers of the molecule model\n\n"
+            "Generated by `bench/fallback_molecule.py` from `bench/results/fallback_molecule.json`: the test split "
+            "answered by one ensemble (params.yaml's defaults but `modality_dropout`) from both views and from each "
+            "view alone, mean ± sd over seeds (numpy std, ddof 0).\n\n"
+            + tabulate(body, ["dataset", "modality dropout", "metric", "seeds", *VIEWS], tablefmt="github",
+                       disable_numparse=True) + "\n")
+    TABLE.write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", nargs="+", default=list(molecule_benchmark.DATASETS),
+                        choices=list(molecule_benchmark.DATASETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--modality-dropout", nargs="+", type=float, default=None,
+                        help="default: molecule.finetune.modality_dropout of params.yaml")
+    parser.add_argument("--table", action="store_true", help="only write the markdown table from the stored results")
+    args = parser.parse_args()
+    if not args.table:
+        params = load_params(PROJECT / "params.yaml")
+        for dataset in args.datasets:
+            for dropout in args.modality_dropout or [params.molecule.finetune.modality_dropout]:
+                for seed in args.seeds:
+                    result = condition(params, dataset, seed, dropout)
+                    print(f"{dataset} modality dropout {dropout} seed {seed}: {result['views']}", flush=True)
+                    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+                    results[f"{dataset}/modality_dropout{dropout:g}/seed{seed}"] = result
+                    RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(write_table(json.loads(RESULTS.read_text())))
+
+
+if __name__ == "__main__":
+    main()
