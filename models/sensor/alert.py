@@ -15,10 +15,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.sensor.combination import CLIP
 from models.sensor.departure import EPS
 from models.sensor.novelty import NoveltyScorer
 
-CLIP = 1e-6  # as models/sensor/combination.CLIP
 INPUT_AXES = {"features": {0: "batch", 2: "time"}, "reference_mean": {0: "batch"}, "reference_scale": {0: "batch"},
               "reference_log_error": {0: "batch"}}  # the dynamic axes of export_onnx
 OUTPUTS = ["probability", "uncertainty", "novelty", "combined", "embedding", "reconstruction_error"]
