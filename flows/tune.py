@@ -91,8 +91,9 @@ def _choices(dimension: SearchDimension) -> list:
 def suggest(trial: optuna.Trial, key: str, dimension: SearchDimension) -> Any:
     """The trial's value of one setting (choices given as JSON texts decoded back)."""
     if dimension.choices is not None:
-        value = trial.suggest_categorical(key, _choices(dimension))
-        return json.loads(value) if _choices(dimension) != list(dimension.choices) else value
+        choices = _choices(dimension)
+        value = trial.suggest_categorical(key, choices)
+        return json.loads(value) if choices != list(dimension.choices) else value
     if dimension.integer:
         return trial.suggest_int(key, int(dimension.low), int(dimension.high), log=dimension.log)
     return trial.suggest_float(key, dimension.low, dimension.high, log=dimension.log)
