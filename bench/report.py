@@ -25,7 +25,8 @@ PROJECT = Path(__file__).resolve().parents[1]
 ANCHORS = "../shared/ANCHORS.md"
 
 SENSOR_METHODS = {"hist_gradient_boosting": "HGB", "minirocket": "MiniRocket + logistic regression",
-                  "ours_full": "ours", "ours_no_pretraining": "ours, no pretraining",
+                  "ours_full": "ours", "ours_defaults": "ours, params.yaml defaults",
+                  "ours_no_pretraining": "ours, no pretraining",
                   "ours_plain_ce": "ours, plain CE", "ours_no_calibration": "ours, no calibration",
                   "ours_no_statistics": "ours, no statistics", "ours_mean_teacher": "ours, mean teacher",
                   "ours_uncertainty_weights": "ours, uncertainty weights",

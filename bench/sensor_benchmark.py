@@ -25,7 +25,9 @@ Mean teacher (`--variants full mean_teacher`): the full recipe with each member 
 (`ours_mean_teacher`, models/sensor/teacher.py), on the unlabelled windows too where the condition has them
 (`fd001_half_labelled`: FD001 with half of the training windows' labels withheld). Uncertainty weights
 (`--variants full uncertainty_weights`): the full recipe with `sampling: uncertainty` (inverse-frequency weights,
-positive windows weighed by the member's MC-dropout confidence; `ours_uncertainty_weights`).
+positive windows weighed by the member's MC-dropout confidence; `ours_uncertainty_weights`). Defaults
+(`--variants defaults`): params.yaml's `sensor.model`, `.pretrain`, `.finetune` and `.calibrate` as a user gets them
+(`ours_defaults`), pretrained on the training windows only, as the pipeline does.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from data.sensors.config import SensorDataConfig  # noqa: E402
 from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
 from data.sensors.sources import load_skab  # noqa: E402
+from flows.params import load_params  # noqa: E402
 from models.calibration import calibrated_probability, choose_threshold, ensemble_probability, select_calibration  # noqa: E402
 from models.metrics import classification_metrics  # noqa: E402
 from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  # noqa: E402
@@ -121,19 +124,22 @@ def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, devi
                             make_encoder=make_encoder, unlabelled_x=unlabelled_x)[0] for i in range(cfg.ensemble_size)]
 
 
-def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device) -> tuple[np.ndarray, np.ndarray, dict]:
-    """The ensemble's validation and test probabilities (calibrated on validation, or the plain mean)."""
+def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device,
+                       methods=("temperature", "isotonic")) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The ensemble's validation and test probabilities (calibrated on validation by the best of `methods`, or the
+    plain mean)."""
     logits_val = np.stack([predict_logits(m, val_x, device) for m in members], 1)
     logits_test = np.stack([predict_logits(m, test_x, device) for m in members], 1)
     if calibrate:
-        calibration, cv_nll = select_calibration(logits_val, val.y, val.unit, ["temperature", "isotonic"])
+        calibration, cv_nll = select_calibration(logits_val, val.y, val.unit, list(methods))
         p_val, p_test = calibrated_probability(logits_val, calibration), calibrated_probability(logits_test, calibration)
         return p_val, p_test, {"calibration": calibration["method"], "cv_nll": cv_nll}
     return ensemble_probability(logits_val), ensemble_probability(logits_test), {}
 
 
-def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device) -> dict:
-    p_val, p_test, extra = ours_probabilities(members, val_x, val, test_x, calibrate, device)
+def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device,
+                  methods=("temperature", "isotonic")) -> dict:
+    p_val, p_test, extra = ours_probabilities(members, val_x, val, test_x, calibrate, device, methods)
     return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
 
 
@@ -265,6 +271,19 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         out["ours_uncertainty_weights"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         timings["ours_uncertainty_weights"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] uncertainty weights {out['ours_uncertainty_weights']}", flush=True)
+    if "defaults" in variants:  # params.yaml's sensor.model, .pretrain, .finetune and .calibrate as they are
+        t = time.time()
+        sensor = load_params(ROOT / "params.yaml").sensor
+        state = None
+        if sensor.pretrain.enabled and sensor.finetune.use_pretrained:
+            cfg_pre = sensor.pretrain.model_copy(update={"seed": seed})
+            state = pretrain_encoder(np.concatenate([train_x, unlabelled_x]), sensor.model, cfg_pre, device)[0].state_dict()
+        defaults = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
+        members = ensemble(train_x, train.y, val_x, val.y, sensor.model, defaults, state, device,
+                           unlabelled_x=unlabelled_x)
+        out["ours_defaults"] = evaluate_ours(members, val_x, val, test_x, test, True, device, sensor.calibrate.methods)
+        timings["ours_defaults"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] defaults {out['ours_defaults']}", flush=True)
     if "no_pretraining" in variants:
         t = time.time()
         members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
@@ -339,6 +358,7 @@ def merge(key: str, result: dict) -> None:
 
 
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
+           ("ours_defaults", "ours, params.yaml defaults"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
            ("ours_mean_teacher", "ours, mean teacher"), ("ours_uncertainty_weights", "ours, uncertainty weights"),
@@ -375,13 +395,14 @@ def main() -> None:
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
-                        choices=["full", "no_pretraining", "plain_ce", "no_statistics", "novelty", "mean_teacher",
-                                 "uncertainty_weights", *RECURRENT_KINDS],
+                        choices=["full", "defaults", "no_pretraining", "plain_ce", "no_statistics", "novelty",
+                                 "mean_teacher", "uncertainty_weights", *RECURRENT_KINDS],
                         help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
                              "of as many parameters as ours, no pretraining; novelty: the departure-from-normal score "
                              "of the pretrained encoder, alone and combined with ours (models/sensor/novelty.py); "
                              "mean_teacher: the full recipe trained as mean teachers (models/sensor/teacher.py); "
-                             "uncertainty_weights: the full recipe with sampling=uncertainty (models/sensor/sampling.py)")
+                             "uncertainty_weights: the full recipe with sampling=uncertainty (models/sensor/sampling.py); "
+                             "defaults: params.yaml's sensor model, pretraining, fine-tuning and calibration as they are")
     parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
                         help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")
     parser.add_argument("--groups", nargs="+", default=list(SKAB_FAULT_TYPES), choices=list(SKAB_FAULT_TYPES))
