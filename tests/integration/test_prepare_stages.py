@@ -58,6 +58,37 @@ def test_sensor_prepare_on_cmapss_fd001(shared_data, tmp_path, monkeypatch):
     assert {"op_setting_3", "s1", "s18", "s19"} <= set(meta["report"]["dropped_channels"])
 
 
+def test_rows_without_a_label_reach_fine_tuning_as_unlabelled_windows(tmp_path, monkeypatch):
+    """A file whose label cells are blank for part of a training unit: the prepare flow keeps those windows as
+    unlabelled ones, and fine-tuning loads them featurised like the labelled ones."""
+    from flows.sensor.finetune import load_inputs
+    from flows.sensor.prepare import sensor_prepare
+
+    rng = np.random.default_rng(0)
+    rows = [{"machine": f"m{u}", "t": t, "temp": 20.0 + t * (u % 2) + rng.normal(), "flow": rng.normal(),
+             "failed": float(t == 59 and u % 2), "split": ["train", "train", "train", "train", "val", "val", "test",
+                                                           "test"][u]}
+            for u in range(8) for t in range(60)]
+    frame = pd.DataFrame(rows)
+    frame.loc[(frame["machine"] == "m0") & (frame["t"] < 30), "failed"] = np.nan
+    csv = tmp_path / "fleet.csv"
+    frame.to_csv(csv, index=False)
+    monkeypatch.chdir(tmp_path)
+    params = write_params(tmp_path, {"sensor": {"data": {
+        "source": "file", "path": str(csv), "unit_column": "machine", "time_column": "t", "label_column": "failed",
+        "split": "column", "window": 8, "stride": 2, "horizon": 4}}})
+    sensor_prepare(params_file=params)
+    with np.load(tmp_path / "data/prepared/sensor/unlabelled.npz") as unlabelled:
+        assert len(unlabelled["y"]) > 0 and (unlabelled["y"] == -1).all()
+        assert set(unlabelled["unit"]) == {"m0"} and unlabelled["time"].max() < 30
+        n_unlabelled = len(unlabelled["y"])
+    report = json.loads((tmp_path / "data/prepared/sensor/meta.json").read_text())["report"]
+    assert report["unlabelled_train_windows"] == report["windows_without_label"]["train"] == n_unlabelled
+    inputs = load_inputs(use_pretrained=False, in_flow=False)
+    assert inputs.unlabelled_x.shape == (n_unlabelled, *inputs.train_x.shape[1:])
+    assert np.isfinite(inputs.unlabelled_x).all()
+
+
 def test_bad_sensor_file_stops_the_stage_naming_file_and_column_and_keeps_old_outputs(tmp_path):
     rows = [{"machine": f"m{u}", "t": t, "temp": "hot" if t == 3 else 20.0 + t, "failed": int(t == 9)}
             for u in range(6) for t in range(10)]
