@@ -145,6 +145,10 @@ def test_training_augmentation_hides_at_most_one_view_per_molecule():
     assert no_graph.any() and no_smiles.any() and not (no_graph & no_smiles).any()
     plain = model_arrays(data)
     assert (plain["graph_mask"] == 1).all() and not (plain["tokens"] == 0).all(axis=1).any()
+    # descriptors are hidden only with a hidden graph, and in part of those (both SMILES-only answers are trained)
+    no_descriptors = np.isnan(arrays["descriptors"]).all(axis=1)
+    assert not np.isnan(plain["descriptors"]).any()
+    assert not (no_descriptors & ~no_graph).any() and 0 < no_descriptors.sum() < no_graph.sum()
 
 
 @pytest.mark.parametrize("device", DEVICES)
