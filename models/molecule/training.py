@@ -75,11 +75,11 @@ def build_model(vocab_size: int, max_length: int, cfg: MoleculeModelConfig) -> M
 
 
 def model_arrays(molecules: Molecules, rng: np.random.Generator | None = None, sign_flip: bool = False,
-                 modality_dropout: float = 0.0) -> dict[str, np.ndarray]:
+                 modality_dropout: float = 0.0, descriptor_dropout: float = 0.0) -> dict[str, np.ndarray]:
     """MODEL_INPUTS arrays of a batch; with `rng`, training augmentation: random Laplacian signs and, per molecule,
-    hiding the graph or the SMILES view (never both) with probability `modality_dropout` each. Half of the hidden
-    graphs take their descriptors with them (unknown, as for a molecule RDKit cannot sanitise), so both SMILES-only
-    answers of the service are trained."""
+    hiding the graph or the SMILES view (never both) with probability `modality_dropout` each; a hidden graph takes
+    its descriptors with it with probability `descriptor_dropout` (unknown, as for a molecule RDKit cannot
+    sanitise), which trains the service's SMILES-only answer without descriptors."""
     tokens = list(molecules.tokens)
     hide_graph = np.zeros(len(molecules), dtype=bool)
     if rng is not None and modality_dropout > 0:
@@ -88,11 +88,10 @@ def model_arrays(molecules: Molecules, rng: np.random.Generator | None = None, s
         hide_smiles = (draw >= modality_dropout) & (draw < 2 * modality_dropout)
         tokens = [None if hide else t for t, hide in zip(tokens, hide_smiles)]
         hide_graph &= np.array([t is not None for t in tokens])  # keep at least one view
-        hide_descriptors = hide_graph & (rng.random(len(molecules)) < 0.5)
     arrays = batch_inputs(molecules.graphs, tokens)
     arrays["graph_mask"][hide_graph] = 0.0
-    if hide_graph.any():
-        arrays["descriptors"][hide_descriptors] = np.nan
+    if rng is not None and modality_dropout > 0 and descriptor_dropout > 0:
+        arrays["descriptors"][hide_graph & (rng.random(len(molecules)) < descriptor_dropout)] = np.nan
     if rng is not None and sign_flip:
         arrays["positional"] = random_sign_flip(arrays["positional"], arrays["batch"], len(molecules), rng)
     return arrays
@@ -208,7 +207,7 @@ def finetune_member(
 
     def batches(epoch: int):
         for idx in bucketed_batches(train_data, cfg.batch_size, seed * 1000 + epoch):
-            arrays = model_arrays(train_data.subset(idx), rng, cfg.sign_flip, dropout)
+            arrays = model_arrays(train_data.subset(idx), rng, cfg.sign_flip, dropout, cfg.descriptor_dropout)
             yield tensors(arrays, device), targets[idx].to(device)
 
     def validate(net) -> float:

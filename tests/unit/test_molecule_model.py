@@ -145,9 +145,10 @@ def test_training_augmentation_hides_at_most_one_view_per_molecule():
     assert no_graph.any() and no_smiles.any() and not (no_graph & no_smiles).any()
     plain = model_arrays(data)
     assert (plain["graph_mask"] == 1).all() and not (plain["tokens"] == 0).all(axis=1).any()
-    # descriptors are hidden only with a hidden graph, and in part of those (both SMILES-only answers are trained)
-    no_descriptors = np.isnan(arrays["descriptors"]).all(axis=1)
-    assert not np.isnan(plain["descriptors"]).any()
+    assert not np.isnan(arrays["descriptors"]).any() and not np.isnan(plain["descriptors"]).any()
+    # descriptor dropout: descriptors hidden only with a hidden graph, in part of those
+    hidden = model_arrays(data, np.random.default_rng(0), modality_dropout=0.3, descriptor_dropout=0.5)
+    no_graph, no_descriptors = hidden["graph_mask"] == 0, np.isnan(hidden["descriptors"]).all(axis=1)
     assert not (no_descriptors & ~no_graph).any() and 0 < no_descriptors.sum() < no_graph.sum()
 
 
