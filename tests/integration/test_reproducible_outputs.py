@@ -21,5 +21,5 @@ def test_sensor_prepare_gives_the_same_lock_entry_in_two_clones(tmp_path):
     first = locked(make_workspace(tmp_path / "clone", SMALL), "sensor_prepare")
     second = locked(make_workspace(tmp_path / "elsewhere" / "another clone", SMALL), "sensor_prepare")
     (output,) = first["outs"]
-    assert output["path"] == "data/prepared/sensor" and output["nfiles"] == 4
+    assert output["path"] == "data/prepared/sensor" and output["nfiles"] == 5  # train, val, test, unlabelled, meta
     assert first == second

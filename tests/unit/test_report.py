@@ -53,4 +53,4 @@ def test_stale_plots_are_removed(tmp_path: Path) -> None:
     (results / "molecule.json").unlink()
     write_report(results, tmp_path / "docs")
     assert sorted(path.name for path in (tmp_path / "docs" / "results").glob("*.png")) == \
-        ["sensor_fd001.png", "sensor_skab.png"]
+        ["sensor_fd001.png", "sensor_fd001_half_labelled.png", "sensor_skab.png"]
