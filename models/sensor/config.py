@@ -11,6 +11,7 @@ from data.config import StrictModel
 from models.config import FinetuneConfig, PretrainConfig
 
 LOSS_NAMES = ("bce", "focal", "gce", "sce")
+Augmentation = Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]  # augment.py
 
 
 class SensorModelConfig(StrictModel):
@@ -42,7 +43,7 @@ class SensorPretrainConfig(PretrainConfig):
     contrastive_weight: float = Field(1.0, ge=0, description="weight of NT-Xent next to masked reconstruction (0: off)")
     reconstruction_weight: float = Field(1.0, ge=0, description="weight of masked reconstruction (0: off)")
     temperature: float = Field(0.2, gt=0, description="NT-Xent temperature")
-    augmentations: list[Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]] = Field(
+    augmentations: list[Augmentation] = Field(
         default_factory=lambda: ["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"],
         description="each applied with probability augment_probability to each view",
     )
@@ -90,7 +91,7 @@ class MeanTeacherConfig(StrictModel):
     pseudo_label_weight: float = Field(1.0, ge=0, description="u: BCE of the student on the pseudo-labels")
     unlabelled_batch_size: int = Field(128, ge=1, description="unlabelled windows drawn with each labelled batch")
     ramp_epochs: int = Field(2, ge=0, description="a, c and u ramp up as exp(-5 (1 - t)^2) over these epochs")
-    augmentations: list[Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]] = Field(
+    augmentations: list[Augmentation] = Field(
         default_factory=lambda: ["jitter", "scaling"], description="the student's view (data/sensors/augment.py)")
     augment_probability: float = Field(0.5, ge=0, le=1)
 

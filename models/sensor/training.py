@@ -21,7 +21,7 @@ from torch import nn
 
 from data.sensors.augment import augment
 from models.batching import index_batches
-from models.mc_dropout import sample_dropout
+from models.mc_dropout import mc_dropout_passes, sample_dropout
 from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
 from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig
@@ -93,11 +93,12 @@ def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.d
     return torch.cat(out).numpy() if out else np.empty(0, np.float32)
 
 
-def mc_dropout_spread(model: torch.nn.Module, features: np.ndarray, device: torch.device, passes: int) -> np.ndarray:
-    """(n,) standard deviation of the failure probability over `passes` MC-dropout passes of `model`."""
-    probabilities = [torch.sigmoid(torch.from_numpy(predict_logits(model, features, device, dropout=True))).numpy()
-                     for _ in range(passes)]
-    return np.std(probabilities, axis=0)
+def mc_dropout_spread(model: torch.nn.Module, features: np.ndarray, device: torch.device, passes: int,
+                      seed: int) -> np.ndarray:
+    """(n,) standard deviation of the failure probability over `passes` MC-dropout passes of `model` (seeded; the
+    caller's torch RNG is left as it was)."""
+    logits = mc_dropout_passes(lambda: predict_logits(model, features, device, dropout=True), passes, seed)
+    return np.std(1 / (1 + np.exp(-logits)), axis=0)
 
 
 def mixup(x: np.ndarray, y: np.ndarray, w: np.ndarray, alpha: float, rng: np.random.Generator):
@@ -165,17 +166,17 @@ def finetune_member(
     unlabelled_x = np.empty((0, *train_x.shape[1:]), np.float32) if unlabelled_x is None else unlabelled_x
     tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
 
-    def uncertainty() -> np.ndarray:
+    def uncertainty(epoch: int) -> np.ndarray:
         """MC-dropout spread of the member being trained, on its training windows; back to training mode after."""
-        spread = mc_dropout_spread(model, train_x, device, cfg.uncertainty_passes)
+        spread = mc_dropout_spread(model, train_x, device, cfg.uncertainty_passes, seed * 100_003 + epoch)
         trained.train()
         return spread
 
     def batches(epoch: int):
         rng = np.random.default_rng([seed, epoch])
-        order, weights = SAMPLINGS[cfg.sampling](train_y, rng, uncertainty if epoch else None)
+        order, weights = SAMPLINGS[cfg.sampling](train_y, rng, (lambda: uncertainty(epoch)) if epoch else None)
         drop = small_loss_rate(cfg, epoch)
-        unlabelled_order = rng.permutation(len(unlabelled_x))
+        unlabelled_order = rng.permutation(len(unlabelled_x)) if teacher_cfg.enabled else None
         for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
             idx = order[start:start + cfg.batch_size]
             x, y, w = train_x[idx], train_y[idx], weights[idx]

@@ -48,9 +48,9 @@ def test_uncertainty_sampling_asks_the_model_from_the_second_epoch_on(monkeypatc
     calls = []
     real = sensor_training.mc_dropout_spread
 
-    def spy(model, features, device, passes):
+    def spy(model, features, device, passes, seed):
         calls.append((len(features), passes, model.training))
-        return real(model, features, device, passes)
+        return real(model, features, device, passes, seed)
 
     monkeypatch.setattr(sensor_training, "mc_dropout_spread", spy)
     cfg = finetune_cfg(sampling="uncertainty", uncertainty_passes=3, epochs=3, small_loss_drop=0.0)
