@@ -24,7 +24,6 @@ import argparse
 import itertools
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +37,7 @@ sys.path.insert(0, str(PROJECT / "bench"))
 import molecule_benchmark  # noqa: E402
 from data.molecules.featurize import graph_less, smiles_view_only  # noqa: E402
 from flows.params import load_params  # noqa: E402
-from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
+from models.molecule.training import Molecules, predict_raw  # noqa: E402
 from sensor_benchmark import commit  # noqa: E402
 
 RESULTS = PROJECT / "bench" / "results" / "fallback_molecule.json"
@@ -60,31 +59,18 @@ def views(test: Molecules) -> dict[str, Molecules]:
 
 
 def condition(params, dataset: str, seed: int, modality_dropout: float, descriptor_dropout: float) -> dict:
-    molecule = params.molecule
-    prepared, tokenizer = molecule_benchmark.load(dataset)
-    task = molecule_benchmark.DATASETS[dataset]["task"]
-    y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
-    data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val", "test")}
-    mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
-    finetune = molecule.finetune.model_copy(update={"modality_dropout": modality_dropout,
-                                                    "descriptor_dropout": descriptor_dropout})
-    started = time.time()
-    pretrained = None
-    if molecule.pretrain.enabled and finetune.use_pretrained:
-        cfg = molecule.pretrain.model_copy(update={"seed": seed})
-        pretrained = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, molecule.model, cfg, CPU)[0].state_dict()
-    members = [finetune_member(data["train"], (y["train"] - mean) / std, data["val"], (y["val"] - mean) / std, task,
-                               molecule.model, finetune, pretrained, len(tokenizer), tokenizer.max_length,
-                               seed * 100 + i, CPU)[0] for i in range(finetune.ensemble_size)]
-    trained = time.time() - started
+    finetune = params.molecule.finetune.model_copy(update={"modality_dropout": modality_dropout,
+                                                           "descriptor_dropout": descriptor_dropout})
+    trained = molecule_benchmark.default_ensemble(params, dataset, seed, finetune)
+    task, y, mean, std = trained.task, trained.y, trained.mean, trained.std
     scores = {}
-    for view, molecules in views(data["test"]).items():
-        raw = np.mean([predict_raw(m, molecules, CPU) for m in members], axis=0)
+    for view, molecules in views(trained.data["test"]).items():
+        raw = np.mean([predict_raw(m, molecules, CPU) for m in trained.members], axis=0)
         prediction = mean + std * raw if task == "regression" else 1 / (1 + np.exp(-raw))
         scores[view] = molecule_benchmark.metrics(task, y["test"], prediction)
     return {"dataset": dataset, "task": task, "seed": seed, "modality_dropout": modality_dropout,
             "descriptor_dropout": descriptor_dropout,
-            "test_molecules": len(y["test"]), "train_seconds": round(trained, 1), "views": scores,
+            "test_molecules": len(y["test"]), "train_seconds": round(trained.seconds, 1), "views": scores,
             "measured_at": commit()}
 
 

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -99,6 +100,42 @@ def load(name: str):
     if sizes != spec["sizes"]:
         raise SystemExit(f"{name}: split sizes {sizes} differ from the anchors' {spec['sizes']}")
     return prepared, SmilesTokenizer.from_dict(prepared.tokenizer)
+
+
+@dataclass
+class DefaultEnsemble:
+    """An ensemble trained with params.yaml's molecule settings on a developer dataset (bench/uncertainty.py,
+    bench/fallback_molecule.py): its featurised splits, targets, target scaling and members."""
+
+    task: str
+    tokenizer: SmilesTokenizer
+    data: dict
+    y: dict
+    mean: float
+    std: float
+    members: list
+    seconds: float
+
+
+def default_ensemble(params, name: str, seed: int, finetune=None) -> DefaultEnsemble:
+    """Pretrain (where params.yaml does) and fine-tune `molecule.finetune.ensemble_size` members on `name`'s
+    scaffold split; `finetune` replaces params.yaml's fine-tuning settings."""
+    molecule = params.molecule
+    finetune = finetune or molecule.finetune
+    prepared, tokenizer = load(name)
+    task = DATASETS[name]["task"]
+    y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
+    data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in y}
+    mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
+    started = time.time()
+    pretrained = None
+    if molecule.pretrain.enabled and finetune.use_pretrained:
+        cfg = molecule.pretrain.model_copy(update={"seed": seed})
+        pretrained = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, molecule.model, cfg, CPU)[0].state_dict()
+    members = [finetune_member(data["train"], (y["train"] - mean) / std, data["val"], (y["val"] - mean) / std, task,
+                               molecule.model, finetune, pretrained, len(tokenizer), tokenizer.max_length,
+                               seed * 100 + i, CPU)[0] for i in range(finetune.ensemble_size)]
+    return DefaultEnsemble(task, tokenizer, data, y, mean, std, members, time.time() - started)
 
 
 def run_forest(prepared, task: str, seed: int) -> np.ndarray:

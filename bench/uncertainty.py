@@ -44,7 +44,7 @@ from flows.params import load_params  # noqa: E402
 from models.calibration import choose_threshold, fit_interval_scale, fit_temperature  # noqa: E402
 from models.mc_dropout import mc_dropout_passes  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
-from models.molecule.training import Molecules, finetune_member as molecule_member, predict_raw, pretrain_model  # noqa: E402
+from models.molecule.training import predict_raw  # noqa: E402
 from models.sensor.training import finetune_member as sensor_member, predict_logits, pretrain_encoder  # noqa: E402
 from models.uncertainty_quality import classification_uncertainty_quality, regression_uncertainty_quality  # noqa: E402
 
@@ -112,20 +112,9 @@ def sensor_condition(params, dataset: str, flip: float, seed: int, passes: int) 
 
 def molecule_condition(params, dataset: str, seed: int, passes: int) -> dict:
     molecule = params.molecule
-    prepared, tokenizer = molecule_benchmark.load(dataset)
-    task = molecule_benchmark.DATASETS[dataset]["task"]
-    y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", *SPLITS)}
-    data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in y}
-    mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
-    t = time.time()
-    pretrained = None
-    if molecule.pretrain.enabled and molecule.finetune.use_pretrained:
-        cfg = molecule.pretrain.model_copy(update={"seed": seed})
-        pretrained = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, molecule.model, cfg, CPU)[0].state_dict()
-    members = [molecule_member(data["train"], (y["train"] - mean) / std, data["val"], (y["val"] - mean) / std, task,
-                               molecule.model, molecule.finetune, pretrained, len(tokenizer), tokenizer.max_length,
-                               seed * 100 + i, CPU)[0] for i in range(molecule.finetune.ensemble_size)]
-    trained = time.time() - t
+    trained_ensemble = molecule_benchmark.default_ensemble(params, dataset, seed)
+    task, data, y, members = trained_ensemble.task, trained_ensemble.data, trained_ensemble.y, trained_ensemble.members
+    mean, std, trained = trained_ensemble.mean, trained_ensemble.std, trained_ensemble.seconds
     by_method = samples(lambda m, s, dropout: predict_raw(m, data[s], CPU, dropout=dropout), members, passes, seed)
     methods = {}
     for name in METHODS:
