@@ -12,8 +12,9 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
         --out bench/results/molecule_moses50k.json                      # pretraining on a corpus (`make corpus`)
 
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/molecule.md.
-Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`), then the
-per-dataset SETTINGS below (benchmark-only, e.g. ESOL's longer schedule), then the flags.
+Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
+gets them, the same for every dataset (bench/recipe_molecule.py chose them by validation across both), then the
+flags; a variant changes one thing (views, pretraining, descriptors).
 """
 
 from __future__ import annotations
@@ -62,21 +63,10 @@ VARIANTS = {  # name: (modalities, pretrained, descriptors); fused_pre_distance:
 }
 CPU = torch.device("cpu")
 DISTANCE_WEIGHT = 0.5  # molecule.pretrain.distance_weight of the fused_pre_distance variant
-# Benchmark settings per dataset, over params.yaml's molecule section (the pipeline default stays small and fast;
-# --params-only ignores these). Why each: docs/molecule.md ("Tuning").
-SETTINGS = {
-    "esol": {"model": {"dropout": 0.0},
-             "finetune": {"epochs": 50, "patience": 15, "warmup_epochs": 2, "final_lr_ratio": 0.1, "regression_loss": "huber"}},
-    "bbbp": {},
-}
-
-
-def settings(params, overrides: dict, args) -> tuple:
-    """(model, finetune, pretrain) configs: params.yaml's, then the dataset's SETTINGS, then the CLI flags."""
+def settings(params, args) -> tuple:
+    """(model, finetune, pretrain) configs: params.yaml's, then the CLI flags."""
     molecule = params.molecule
-    model_cfg = molecule.model.model_copy(update=overrides.get("model", {}))
-    finetune = molecule.finetune.model_copy(update=overrides.get("finetune", {}))
-    pretrain_cfg = molecule.pretrain.model_copy(update=overrides.get("pretrain", {}))
+    model_cfg, finetune, pretrain_cfg = molecule.model, molecule.finetune, molecule.pretrain
     if args.epochs:
         finetune = finetune.model_copy(update={"epochs": args.epochs})
     if args.pretrain_epochs:
@@ -242,7 +232,6 @@ def main() -> None:
                         help="also chemprop with our descriptors as extra inputs (method chemprop_descriptors)")
     parser.add_argument("--no-chemprop-default", action="store_true", help="skip chemprop's plain default run")
     parser.add_argument("--params", default=str(PROJECT / "params.yaml"))
-    parser.add_argument("--params-only", action="store_true", help="params.yaml's settings for every dataset (no SETTINGS)")
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "molecule.json"))
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and stop")
     parser.add_argument("--merge", action="store_true",
@@ -273,8 +262,10 @@ def main() -> None:
             corpus = Molecules.from_smiles(list(dict.fromkeys([*prepared.splits["train"]["smiles"], *extra])), tokenizer)
             corpus_report = {**corpus_report, "pretrain_molecules": len(corpus), "featurize_seconds": round(time.time() - t, 1)}
             print(f"{name}: pretraining corpus {corpus_report}", flush=True)
-        model_cfg, finetune, pretrain_cfg = settings(params, {} if args.params_only else SETTINGS[name], args)
+        model_cfg, finetune, pretrain_cfg = settings(params, args)
         members = args.members or finetune.ensemble_size
+        # the variant params.yaml's pipeline trains: the headline row
+        pipeline_variant = "ours_fused_pre" if pretrain_cfg.enabled and finetune.use_pretrained else "ours_fused"
         runs = []
         kept = list(report["datasets"].get(name, {}).get("runs", [])) if args.merge else []
 
@@ -283,13 +274,17 @@ def main() -> None:
             merged = [r for r in kept if (r["method"], r["seed"]) not in done] + runs
             report["datasets"][name] = {
                 "task": task, "split": "scaffold (ANCHORS.md, DeepChem order), duplicates: keep", "sizes": spec["sizes"],
+                "ours": pipeline_variant,
                 "anchors_test": spec["anchors"], "seeds": sorted({r["seed"] for r in merged}), "members": members,
                 "finetune": finetune.model_dump(mode="json"), "pretrain": pretrain_cfg.model_dump(mode="json"),
                 "model": model_cfg.model_dump(), "summary": summarise(merged), "runs": merged,
                 **({"pretraining_corpus": {"file": str(args.extra_smiles), **corpus_report}} if corpus_report else {}),
             }
+            # the file as it is now, this dataset replaced: benchmarks of other datasets may write it meanwhile
+            current = json.loads(out_path.read_text()) if out_path.is_file() else {}
+            current.setdefault("datasets", {})[name] = report["datasets"][name]
             out_path.parent.mkdir(parents=True, exist_ok=True)
-            out_path.write_text(json.dumps(report, indent=1) + "\n")
+            out_path.write_text(json.dumps(current, indent=1) + "\n")
 
         def record(method, seed, prediction, seconds, **extra):
             m = metrics(task, y["test"], prediction)
@@ -334,7 +329,7 @@ def main() -> None:
                 weight = DISTANCE_WEIGHT if variant.endswith("_distance") else pretrain_cfg.distance_weight
                 per_epoch = {"pretrain_seconds_per_epoch": pretrain_seconds[weight]} if use_pre else {}
                 record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best, members=members,
-                       settings={} if args.params_only else SETTINGS[name], **per_epoch)
+                       **per_epoch)
     print(f"wrote {out_path}")
 
 

@@ -108,7 +108,8 @@ def sensor_conditions(results: dict) -> dict[tuple[str, float], list[Row]]:
 
 
 def molecule_conditions(report: dict) -> dict[str, tuple[str, list[Row]]]:
-    """molecule*.json (`datasets.<name>.runs`: method, seed, metrics) -> (task, rows) per dataset."""
+    """molecule*.json (`datasets.<name>`: `runs` of method, seed, metrics; `ours`, the method params.yaml's pipeline
+    trains, `ours_fused` where absent) -> (task, rows) per dataset."""
     conditions = {}
     for dataset, result in report["datasets"].items():
         task, metrics = result["task"], MOLECULE_METRICS[result["task"]]
@@ -119,7 +120,7 @@ def molecule_conditions(report: dict) -> dict[str, tuple[str, list[Row]]]:
         order = list(MOLECULE_METHODS)
         for method in sorted(methods, key=lambda m: order.index(m) if m in order else len(order)):
             having = sorted((run for run in result["runs"] if run["method"] == method), key=lambda run: run["seed"])
-            rows.append(Row(MOLECULE_METHODS.get(method, method), role(method, "ours_fused"),
+            rows.append(Row(MOLECULE_METHODS.get(method, method), role(method, result.get("ours", "ours_fused")),
                             tuple(run["seed"] for run in having),
                             {m: [run["metrics"][m] for run in having] for m in metrics},
                             seconds=float(np.mean([run["seconds"] for run in having]))))

@@ -124,6 +124,17 @@ def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, devi
                             make_encoder=make_encoder, unlabelled_x=unlabelled_x)[0] for i in range(cfg.ensemble_size)]
 
 
+def params_ensemble(sensor, train_x, train_y, val_x, val_y, unlabelled_x, seed: int, device) -> list:
+    """The pipeline's ensemble with `sensor` (a params.yaml sensor section): pretrained on the training and unlabelled
+    windows where it pretrains, then `ensemble_size` members."""
+    state = None
+    if sensor.pretrain.enabled and sensor.finetune.use_pretrained:
+        cfg_pre = sensor.pretrain.model_copy(update={"seed": seed})
+        state = pretrain_encoder(np.concatenate([train_x, unlabelled_x]), sensor.model, cfg_pre, device)[0].state_dict()
+    cfg = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
+    return ensemble(train_x, train_y, val_x, val_y, sensor.model, cfg, state, device, unlabelled_x=unlabelled_x)
+
+
 def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device,
                        methods=("temperature", "isotonic")) -> tuple[np.ndarray, np.ndarray, dict]:
     """The ensemble's validation and test probabilities (calibrated on validation by the best of `methods`, or the
@@ -274,13 +285,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     if "defaults" in variants:  # params.yaml's sensor.model, .pretrain, .finetune and .calibrate as they are
         t = time.time()
         sensor = load_params(ROOT / "params.yaml").sensor
-        state = None
-        if sensor.pretrain.enabled and sensor.finetune.use_pretrained:
-            cfg_pre = sensor.pretrain.model_copy(update={"seed": seed})
-            state = pretrain_encoder(np.concatenate([train_x, unlabelled_x]), sensor.model, cfg_pre, device)[0].state_dict()
-        defaults = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
-        members = ensemble(train_x, train.y, val_x, val.y, sensor.model, defaults, state, device,
-                           unlabelled_x=unlabelled_x)
+        members = params_ensemble(sensor, train_x, train.y, val_x, val.y, unlabelled_x, seed, device)
         out["ours_defaults"] = evaluate_ours(members, val_x, val, test_x, test, True, device, sensor.calibrate.methods)
         timings["ours_defaults"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] defaults {out['ours_defaults']}", flush=True)

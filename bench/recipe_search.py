@@ -1,0 +1,292 @@
+"""Choose a family's default recipe by validation across its developer datasets (not a test).
+
+Each recipe of a family is a complete setting of the keys explored (molecules: capacity, depth, dropout, epochs and
+early stopping, schedule, loss, learning rate, ensemble size; sensors: loss, mixup, epochs, learning rate and
+schedule, capacity), laid over params.yaml's section of that family. Every recipe trains the pipeline's ensemble as
+a user gets it (pretraining where params.yaml pretrains, then `ensemble_size` members) on every developer dataset
+and is scored on validation: the score is the mean over datasets of the relative validation error reduction
+against the family's `baseline` recipe (error: RMSE; 1 - ROC-AUC; 1 - PR-AUC), so each dataset weighs the same
+(SKAB's three shuffled splits are one dataset: their reductions are averaged first). The recipe with the highest
+score is the one params.yaml should hold. Test metrics are recorded beside, never used to choose. Jobs run in
+parallel processes (one torch thread each); a run already in the results file is kept, so a stopped search resumes.
+
+    .venv/bin/python bench/recipe_search.py molecule                   # every recipe, seed 0, 2 processes
+    .venv/bin/python bench/recipe_search.py sensor --recipes baseline robust --jobs 1
+
+Writes bench/results/recipe_<family>.json and its table bench/results/recipe_<family>.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+from tabulate import tabulate
+
+PROJECT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(PROJECT))
+sys.path.insert(0, str(PROJECT / "bench"))
+
+from flows.params import load_params  # noqa: E402
+
+
+def merged(base: dict, overrides: dict) -> dict:
+    out = dict(base)
+    for key, value in overrides.items():
+        out[key] = merged(base.get(key, {}), value) if isinstance(value, dict) and key != "terms" else value
+    return out
+
+
+def with_recipe(section, overrides: dict):
+    """A params.yaml family section (pydantic) with a recipe's overrides of its subsections, validated."""
+    return type(section).model_validate(merged(section.model_dump(mode="json"), overrides))
+
+
+def run_molecule(molecule, dataset: str, seed: int) -> dict:
+    """The ensemble's validation and test metrics on a scaffold split (bench/molecule_benchmark.py)."""
+    import torch
+
+    from molecule_benchmark import default_ensemble, metrics
+    from models.molecule.training import predict_raw
+
+    params = load_params(PROJECT / "params.yaml")
+    ensemble = default_ensemble(params.model_copy(update={"molecule": molecule}), dataset, seed)
+    scores = {}
+    for split in ("val", "test"):
+        raws = np.stack([predict_raw(net, ensemble.data[split], torch.device("cpu")) for net in ensemble.members])
+        prediction = (ensemble.mean + ensemble.std * raws.mean(axis=0) if ensemble.task == "regression"
+                      else (1 / (1 + np.exp(-raws))).mean(axis=0))
+        scores[split] = metrics(ensemble.task, ensemble.y[split], prediction)
+    return scores
+
+
+SENSOR_DATASETS = {  # name: (sensor_benchmark.DATASETS entry, training label flip rate, SKAB split seed)
+    "fd001": ("fd001", 0.0, None), "fd001_flip0.2": ("fd001", 0.2, None),
+    **{f"skab_split{i}": ("skab", 0.0, i) for i in range(3)},
+}
+
+
+def run_sensor(sensor, dataset: str, seed: int) -> dict:
+    """Validation PR-AUC of the ensemble's mean probability (calibration is fitted on validation, so it is scored
+    before); test metrics of the calibrated probability, as the pipeline serves it (bench/sensor_benchmark.py)."""
+    import torch
+
+    import sensor_benchmark as bench
+    from data.sensors.config import SensorDataConfig
+    from data.sensors.featurize import WindowFeaturizer
+    from data.sensors.prepare import prepare_sensor_data
+    from models.calibration import choose_threshold
+    from models.metrics import classification_metrics
+
+    name, flip, split_seed = SENSOR_DATASETS[dataset]
+    cpu = torch.device("cpu")
+    cfg = SensorDataConfig(**bench.DATASETS[name], train_label_flip_rate=flip,
+                           seed=seed if split_seed is None else split_seed)
+    prepared = prepare_sensor_data(cfg)
+    train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
+    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
+    x = {k: featurizer.transform(w.X) for k, w in (("train", train), ("val", val), ("test", test))}
+    members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y,
+                                    featurizer.transform(prepared.unlabelled.X), seed, cpu)
+    raw_val, _, _ = bench.ours_probabilities(members, x["val"], val, x["test"], False, cpu)
+    p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, x["test"], True, cpu, sensor.calibrate.methods)
+    val_metrics = classification_metrics(val.y, raw_val)
+    test_metrics = classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, bench.TARGET_PRECISION))
+    keep = ("pr_auc", "roc_auc", "ece")
+    return {"val": {k: val_metrics[k] for k in keep}, "test": {k: test_metrics[k] for k in keep}}
+
+
+@dataclass(frozen=True)
+class Family:
+    """A family's search: its datasets (name -> (group, primary metric)), its recipes (name -> description and
+    overrides of the params.yaml section's subsections) and how one (recipe, dataset, seed) is run."""
+
+    datasets: dict[str, tuple[str, str]]
+    recipes: dict[str, dict]
+    run: Callable[..., dict]
+
+
+def recipes(baseline: dict, variants: dict[str, tuple[str, dict]], described: str) -> dict[str, dict]:
+    """`baseline` and each variant (description, overrides laid over the baseline)."""
+    out = {"baseline": {"description": described, "overrides": baseline}}
+    out.update({name: {"description": text, "overrides": merged(baseline, changes)}
+                for name, (text, changes) in variants.items()})
+    return out
+
+
+# params.yaml's molecule recipe until 2026-12-03; every recipe states each explored key, so it keeps its meaning
+# whatever params.yaml holds later
+MOLECULE_BASELINE = {"model": {"hidden": 64, "layers": 3, "dropout": 0.1},
+                     "finetune": {"epochs": 30, "patience": 6, "lr": 0.002, "lr_schedule": "exponential",
+                                  "warmup_epochs": 0, "final_lr_ratio": 1.0, "regression_loss": "mse",
+                                  "ensemble_size": 3}}
+MOLECULE_SCHEDULE = {"epochs": 50, "patience": 15, "warmup_epochs": 2, "final_lr_ratio": 0.1}
+MOLECULE = Family(
+    datasets={"esol": ("esol", "rmse"), "bbbp": ("bbbp", "roc_auc")},
+    recipes=recipes(MOLECULE_BASELINE, {
+        "schedule": ("baseline + 50 epochs, patience 15, 2-epoch warm-up, exponential decay to 0.1 lr",
+                     {"finetune": MOLECULE_SCHEDULE}),
+        "schedule_cosine": ("schedule, cosine decay", {"finetune": {**MOLECULE_SCHEDULE, "lr_schedule": "cosine"}}),
+        "schedule_dropout0_huber": ("schedule + dropout 0 + Huber loss (regression)",
+                                    {"model": {"dropout": 0.0},
+                                     "finetune": {**MOLECULE_SCHEDULE, "regression_loss": "huber"}}),
+        "schedule_lr1e-3": ("schedule + lr 0.001", {"finetune": {**MOLECULE_SCHEDULE, "lr": 0.001}}),
+        "schedule_hidden128": ("schedule + hidden 128", {"model": {"hidden": 128}, "finetune": MOLECULE_SCHEDULE}),
+        "schedule_layers4": ("schedule + 4 GINE layers", {"model": {"layers": 4}, "finetune": MOLECULE_SCHEDULE}),
+        "schedule_members5": ("schedule + 5 members", {"finetune": {**MOLECULE_SCHEDULE, "ensemble_size": 5}}),
+    }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members"),
+    run=run_molecule)
+
+# params.yaml's sensor recipe until 2026-12-03
+SENSOR_BASELINE = {"model": {"hidden": 32},
+                   "finetune": {"epochs": 6, "patience": 2, "lr": 0.002, "lr_schedule": "exponential",
+                                "warmup_epochs": 0, "final_lr_ratio": 1.0, "loss": {"terms": {"bce": 1.0}},
+                                "mixup_alpha": 0.0, "ensemble_size": 3}}
+ROBUST = {"loss": {"terms": {"gce": 1.0}, "gce_q": 0.3}, "mixup_alpha": 0.2}
+LONG = {"epochs": 20, "patience": 4, "lr": 0.0005}
+SCHEDULE = {"epochs": 20, "patience": 4, "lr": 0.002, "warmup_epochs": 1, "lr_schedule": "cosine", "final_lr_ratio": 0.05}
+SENSOR = Family(
+    datasets={"fd001": ("fd001", "pr_auc"), "fd001_flip0.2": ("fd001_flip0.2", "pr_auc"),
+              **{f"skab_split{i}": ("skab", "pr_auc") for i in range(3)}},
+    recipes=recipes(SENSOR_BASELINE, {
+        "robust": ("GCE q 0.3 + mixup 0.2, 20 epochs, patience 4, lr 5e-4 (the sensor benchmark's recipe)",
+                   {"finetune": {**ROBUST, **LONG}}),
+        "bce_long": ("BCE, 20 epochs, patience 4, lr 5e-4", {"finetune": LONG}),
+        "robust_schedule": ("GCE + mixup, 20 epochs, patience 4, lr 0.002, 1-epoch warm-up, cosine to 0.05 lr",
+                            {"finetune": {**ROBUST, **SCHEDULE}}),
+        "bce_schedule": ("BCE, the schedule of robust_schedule", {"finetune": SCHEDULE}),
+        "robust_hidden64": ("robust + hidden 64", {"model": {"hidden": 64}, "finetune": {**ROBUST, **LONG}}),
+        "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4",
+                       {"finetune": {"loss": {"terms": {"focal": 1.0}}, **LONG}}),
+    }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),
+    run=run_sensor)
+FAMILIES = {"molecule": MOLECULE, "sensor": SENSOR}
+
+
+def error(metric: str, metrics: dict) -> float:
+    return metrics[metric] if metric == "rmse" else 1.0 - metrics[metric]
+
+
+def run(family: str, params_path: str, dataset: str, name: str, seed: int) -> dict:
+    """Train recipe `name` of `family` on `dataset` with `seed`: its validation and test metrics and seconds."""
+    import torch
+
+    torch.set_num_threads(1)
+    spec = FAMILIES[family]
+    section = with_recipe(getattr(load_params(params_path), family), spec.recipes[name]["overrides"])
+    started = time.time()
+    scores = spec.run(section, dataset, seed)
+    return {"dataset": dataset, "recipe": name, "seed": seed, **scores, "seconds": round(time.time() - started, 1)}
+
+
+def summarise(family: Family, runs: list[dict]) -> dict:
+    """Per recipe: each dataset's mean validation/test error over seeds and seconds, and the score (None until the
+    recipe and `baseline` both ran every dataset)."""
+    summary = {}
+    for run_ in runs:
+        row = summary.setdefault(run_["recipe"], {"datasets": {}})
+        row["datasets"].setdefault(run_["dataset"], []).append(run_)
+    for row in summary.values():
+        for dataset, done in row["datasets"].items():
+            metric = family.datasets[dataset][1]
+            row["datasets"][dataset] = {
+                "metric": metric, "seeds": sorted(r["seed"] for r in done),
+                "val_error": float(np.mean([error(metric, r["val"]) for r in done])),
+                "test_error": float(np.mean([error(metric, r["test"]) for r in done])),
+                "seconds": float(np.mean([r["seconds"] for r in done]))}
+    base = summary.get("baseline", {}).get("datasets", {})
+    for row in summary.values():
+        if set(row["datasets"]) != set(family.datasets) or set(base) != set(family.datasets):
+            row["score"] = None
+            continue
+        groups: dict[str, list[float]] = {}
+        for dataset, (group, _) in family.datasets.items():
+            groups.setdefault(group, []).append(1.0 - row["datasets"][dataset]["val_error"] / base[dataset]["val_error"])
+        row["score"] = float(np.mean([np.mean(gains) for gains in groups.values()]))
+    return summary
+
+
+def markdown(family_name: str, report: dict) -> str:
+    family = FAMILIES[family_name]
+    headers = ["recipe", "what it sets"]
+    for dataset, (_, metric) in family.datasets.items():
+        headers += [f"{dataset} val {metric}", f"{dataset} test {metric}"]
+    headers += ["seconds per run", "score (val)"]
+    body = []
+    ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
+    for name, row in ranked:
+        cells = [f"**{name}** (chosen)" if name == report.get("chosen") else name,
+                 family.recipes[name]["description"] if name in family.recipes else ""]
+        for dataset, (_, metric) in family.datasets.items():
+            d = row["datasets"].get(dataset)
+            value = (lambda e: e) if metric == "rmse" else (lambda e: 1.0 - e)
+            cells += [f"{value(d['val_error']):.3f}", f"{value(d['test_error']):.3f}"] if d else ["", ""]
+        cells.append(f"{np.mean([d['seconds'] for d in row['datasets'].values()]):.0f}")
+        cells.append(f"{row['score']:+.3f}" if row["score"] is not None else "")
+        body.append(cells)
+    seeds = sorted({r["seed"] for r in report["runs"]})
+    return "\n".join([
+        f"# {family_name.capitalize()} recipe search", "",
+        f"`bench/recipe_search.py {family_name}`, seeds {seeds}: each recipe's ensemble as the pipeline trains it, "
+        "on every developer dataset. score: the mean over datasets of the relative validation error reduction against "
+        "`baseline` (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first); the highest is chosen. "
+        "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
+        tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("family", choices=list(FAMILIES))
+    parser.add_argument("--datasets", nargs="+", default=None, help="default: all of the family's")
+    parser.add_argument("--recipes", nargs="+", default=None, help="default: all of the family's")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--jobs", type=int, default=2, help="parallel processes (one torch thread each)")
+    parser.add_argument("--params", default=str(PROJECT / "params.yaml"))
+    parser.add_argument("--out", type=Path, default=None, help="default: bench/results/recipe_<family>.json")
+    args = parser.parse_args()
+    family = FAMILIES[args.family]
+    for given, known, what in ((args.datasets, family.datasets, "dataset"), (args.recipes, family.recipes, "recipe")):
+        unknown = sorted(set(given or []) - set(known))
+        if unknown:
+            parser.error(f"unknown {what}(s) of {args.family}: {unknown}; known: {sorted(known)}")
+    out = args.out or PROJECT / "bench" / "results" / f"recipe_{args.family}.json"
+
+    report = json.loads(out.read_text()) if out.is_file() else {"script": f"bench/recipe_search.py {args.family}",
+                                                                 "runs": []}
+    done = {(r["dataset"], r["recipe"], r["seed"]) for r in report["runs"]}
+    # recipe by recipe, so each is scored as soon as its datasets ran
+    jobs = [(d, n, s) for s in args.seeds for n in args.recipes or family.recipes for d in args.datasets or family.datasets
+            if (d, n, s) not in done]
+
+    def save() -> None:
+        report["recipes"] = {n: family.recipes[n] for n in sorted({r["recipe"] for r in report["runs"]})}
+        report["summary"] = summarise(family, report["runs"])
+        scored = {n: row["score"] for n, row in report["summary"].items() if row["score"] is not None}
+        report["chosen"] = max(scored, key=scored.get) if scored else None
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=1) + "\n")
+        out.with_suffix(".md").write_text(markdown(args.family, report))
+
+    print(f"{len(jobs)} runs to do ({len(done)} already in {out.name})", flush=True)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run, args.family, args.params, *job) for job in jobs]
+        for future in as_completed(futures):
+            result = future.result()
+            report["runs"].append(result)
+            save()
+            print(f"{result['dataset']} {result['recipe']} seed {result['seed']}: val {result['val']} "
+                  f"test {result['test']} ({result['seconds']:.0f} s)", flush=True)
+    if report["runs"]:
+        save()
+        print(out.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
