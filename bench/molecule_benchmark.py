@@ -13,7 +13,7 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
 
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/molecule.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
-gets them, the same for every dataset (bench/recipe_molecule.py chose them by validation across both), then the
+gets them, the same for every dataset (bench/recipe_search.py molecule chose them by validation across both), then the
 flags; a variant changes one thing (views, pretraining, descriptors).
 """
 

@@ -34,30 +34,17 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 sys.path.insert(0, str(PROJECT / "bench"))
 
-from flows.params import load_params  # noqa: E402
+from flows.params import load_params, with_overrides  # noqa: E402
 
 
-def merged(base: dict, overrides: dict) -> dict:
-    out = dict(base)
-    for key, value in overrides.items():
-        out[key] = merged(base.get(key, {}), value) if isinstance(value, dict) and key != "terms" else value
-    return out
-
-
-def with_recipe(section, overrides: dict):
-    """A params.yaml family section (pydantic) with a recipe's overrides of its subsections, validated."""
-    return type(section).model_validate(merged(section.model_dump(mode="json"), overrides))
-
-
-def run_molecule(molecule, dataset: str, seed: int) -> dict:
+def run_molecule(params, dataset: str, seed: int) -> dict:
     """The ensemble's validation and test metrics on a scaffold split (bench/molecule_benchmark.py)."""
     import torch
 
     from molecule_benchmark import default_ensemble, metrics
     from models.molecule.training import predict_raw
 
-    params = load_params(PROJECT / "params.yaml")
-    ensemble = default_ensemble(params.model_copy(update={"molecule": molecule}), dataset, seed)
+    ensemble = default_ensemble(params, dataset, seed)
     scores = {}
     for split in ("val", "test"):
         raws = np.stack([predict_raw(net, ensemble.data[split], torch.device("cpu")) for net in ensemble.members])
@@ -73,7 +60,7 @@ SENSOR_DATASETS = {  # name: (sensor_benchmark.DATASETS entry, training label fl
 }
 
 
-def run_sensor(sensor, dataset: str, seed: int) -> dict:
+def run_sensor(params, dataset: str, seed: int) -> dict:
     """Validation PR-AUC of the ensemble's mean probability (calibration is fitted on validation, so it is scored
     before); test metrics of the calibrated probability, as the pipeline serves it (bench/sensor_benchmark.py)."""
     import torch
@@ -86,7 +73,7 @@ def run_sensor(sensor, dataset: str, seed: int) -> dict:
     from models.metrics import classification_metrics
 
     name, flip, split_seed = SENSOR_DATASETS[dataset]
-    cpu = torch.device("cpu")
+    sensor, cpu = params.sensor, torch.device("cpu")
     cfg = SensorDataConfig(**bench.DATASETS[name], train_label_flip_rate=flip,
                            seed=seed if split_seed is None else split_seed)
     prepared = prepare_sensor_data(cfg)
@@ -106,7 +93,7 @@ def run_sensor(sensor, dataset: str, seed: int) -> dict:
 @dataclass(frozen=True)
 class Family:
     """A family's search: its datasets (name -> (group, primary metric)), its recipes (name -> description and
-    overrides of the params.yaml section's subsections) and how one (recipe, dataset, seed) is run."""
+    overrides, dotted keys of the params.yaml family section) and how one (recipe, dataset, seed) is run."""
 
     datasets: dict[str, tuple[str, str]]
     recipes: dict[str, dict]
@@ -116,55 +103,55 @@ class Family:
 def recipes(baseline: dict, variants: dict[str, tuple[str, dict]], described: str) -> dict[str, dict]:
     """`baseline` and each variant (description, overrides laid over the baseline)."""
     out = {"baseline": {"description": described, "overrides": baseline}}
-    out.update({name: {"description": text, "overrides": merged(baseline, changes)}
+    out.update({name: {"description": text, "overrides": {**baseline, **changes}}
                 for name, (text, changes) in variants.items()})
     return out
 
 
 # params.yaml's molecule recipe until 2026-12-03; every recipe states each explored key, so it keeps its meaning
 # whatever params.yaml holds later
-MOLECULE_BASELINE = {"model": {"hidden": 64, "layers": 3, "dropout": 0.1},
-                     "finetune": {"epochs": 30, "patience": 6, "lr": 0.002, "lr_schedule": "exponential",
-                                  "warmup_epochs": 0, "final_lr_ratio": 1.0, "regression_loss": "mse",
-                                  "ensemble_size": 3}}
-MOLECULE_SCHEDULE = {"epochs": 50, "patience": 15, "warmup_epochs": 2, "final_lr_ratio": 0.1}
+MOLECULE_BASELINE = {"model.hidden": 64, "model.layers": 3, "model.dropout": 0.1, "finetune.epochs": 30,
+                     "finetune.patience": 6, "finetune.lr": 0.002, "finetune.lr_schedule": "exponential",
+                     "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0, "finetune.regression_loss": "mse",
+                     "finetune.ensemble_size": 3}
+MOLECULE_SCHEDULE = {"finetune.epochs": 50, "finetune.patience": 15, "finetune.warmup_epochs": 2,
+                     "finetune.final_lr_ratio": 0.1}
 MOLECULE = Family(
     datasets={"esol": ("esol", "rmse"), "bbbp": ("bbbp", "roc_auc")},
     recipes=recipes(MOLECULE_BASELINE, {
         "schedule": ("baseline + 50 epochs, patience 15, 2-epoch warm-up, exponential decay to 0.1 lr",
-                     {"finetune": MOLECULE_SCHEDULE}),
-        "schedule_cosine": ("schedule, cosine decay", {"finetune": {**MOLECULE_SCHEDULE, "lr_schedule": "cosine"}}),
+                     MOLECULE_SCHEDULE),
+        "schedule_cosine": ("schedule, cosine decay", {**MOLECULE_SCHEDULE, "finetune.lr_schedule": "cosine"}),
         "schedule_dropout0_huber": ("schedule + dropout 0 + Huber loss (regression)",
-                                    {"model": {"dropout": 0.0},
-                                     "finetune": {**MOLECULE_SCHEDULE, "regression_loss": "huber"}}),
-        "schedule_lr1e-3": ("schedule + lr 0.001", {"finetune": {**MOLECULE_SCHEDULE, "lr": 0.001}}),
-        "schedule_hidden128": ("schedule + hidden 128", {"model": {"hidden": 128}, "finetune": MOLECULE_SCHEDULE}),
-        "schedule_layers4": ("schedule + 4 GINE layers", {"model": {"layers": 4}, "finetune": MOLECULE_SCHEDULE}),
-        "schedule_members5": ("schedule + 5 members", {"finetune": {**MOLECULE_SCHEDULE, "ensemble_size": 5}}),
+                                    {**MOLECULE_SCHEDULE, "model.dropout": 0.0, "finetune.regression_loss": "huber"}),
+        "schedule_lr1e-3": ("schedule + lr 0.001", {**MOLECULE_SCHEDULE, "finetune.lr": 0.001}),
+        "schedule_hidden128": ("schedule + hidden 128", {**MOLECULE_SCHEDULE, "model.hidden": 128}),
+        "schedule_layers4": ("schedule + 4 GINE layers", {**MOLECULE_SCHEDULE, "model.layers": 4}),
+        "schedule_members5": ("schedule + 5 members", {**MOLECULE_SCHEDULE, "finetune.ensemble_size": 5}),
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members"),
     run=run_molecule)
 
 # params.yaml's sensor recipe until 2026-12-03
-SENSOR_BASELINE = {"model": {"hidden": 32},
-                   "finetune": {"epochs": 6, "patience": 2, "lr": 0.002, "lr_schedule": "exponential",
-                                "warmup_epochs": 0, "final_lr_ratio": 1.0, "loss": {"terms": {"bce": 1.0}},
-                                "mixup_alpha": 0.0, "ensemble_size": 3}}
-ROBUST = {"loss": {"terms": {"gce": 1.0}, "gce_q": 0.3}, "mixup_alpha": 0.2}
-LONG = {"epochs": 20, "patience": 4, "lr": 0.0005}
-SCHEDULE = {"epochs": 20, "patience": 4, "lr": 0.002, "warmup_epochs": 1, "lr_schedule": "cosine", "final_lr_ratio": 0.05}
+SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience": 2, "finetune.lr": 0.002,
+                   "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
+                   "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
+                   "finetune.ensemble_size": 3}
+ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
+LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
+SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
+            "finetune.lr_schedule": "cosine", "finetune.final_lr_ratio": 0.05}
 SENSOR = Family(
     datasets={"fd001": ("fd001", "pr_auc"), "fd001_flip0.2": ("fd001_flip0.2", "pr_auc"),
               **{f"skab_split{i}": ("skab", "pr_auc") for i in range(3)}},
     recipes=recipes(SENSOR_BASELINE, {
         "robust": ("GCE q 0.3 + mixup 0.2, 20 epochs, patience 4, lr 5e-4 (the sensor benchmark's recipe)",
-                   {"finetune": {**ROBUST, **LONG}}),
-        "bce_long": ("BCE, 20 epochs, patience 4, lr 5e-4", {"finetune": LONG}),
+                   {**ROBUST, **LONG}),
+        "bce_long": ("BCE, 20 epochs, patience 4, lr 5e-4", LONG),
         "robust_schedule": ("GCE + mixup, 20 epochs, patience 4, lr 0.002, 1-epoch warm-up, cosine to 0.05 lr",
-                            {"finetune": {**ROBUST, **SCHEDULE}}),
-        "bce_schedule": ("BCE, the schedule of robust_schedule", {"finetune": SCHEDULE}),
-        "robust_hidden64": ("robust + hidden 64", {"model": {"hidden": 64}, "finetune": {**ROBUST, **LONG}}),
-        "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4",
-                       {"finetune": {"loss": {"terms": {"focal": 1.0}}, **LONG}}),
+                            {**ROBUST, **SCHEDULE}),
+        "bce_schedule": ("BCE, the schedule of robust_schedule", SCHEDULE),
+        "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
+        "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
     }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),
     run=run_sensor)
 FAMILIES = {"molecule": MOLECULE, "sensor": SENSOR}
@@ -180,9 +167,10 @@ def run(family: str, params_path: str, dataset: str, name: str, seed: int) -> di
 
     torch.set_num_threads(1)
     spec = FAMILIES[family]
-    section = with_recipe(getattr(load_params(params_path), family), spec.recipes[name]["overrides"])
+    params = with_overrides(load_params(params_path),
+                            {f"{family}.{key}": value for key, value in spec.recipes[name]["overrides"].items()})
     started = time.time()
-    scores = spec.run(section, dataset, seed)
+    scores = spec.run(params, dataset, seed)
     return {"dataset": dataset, "recipe": name, "seed": seed, **scores, "seconds": round(time.time() - started, 1)}
 
 

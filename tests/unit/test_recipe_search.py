@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.recipe_search import SENSOR, merged, summarise
+from bench.recipe_search import FAMILIES, SENSOR, summarise
+from flows.params import load_params, with_overrides
 
 
 def _runs(recipe: str, pr_auc: dict[str, float]) -> list[dict]:
@@ -33,7 +34,17 @@ def test_no_score_until_every_dataset_ran():
     assert summarise(SENSOR, _runs("robust", BASE))["robust"]["score"] is None  # no baseline yet
 
 
-def test_loss_terms_are_replaced_not_merged():
-    base = {"finetune": {"loss": {"terms": {"bce": 1.0}, "gce_q": 0.7}, "epochs": 6}}
-    out = merged(base, {"finetune": {"loss": {"terms": {"gce": 1.0}}}})
-    assert out == {"finetune": {"loss": {"terms": {"gce": 1.0}, "gce_q": 0.7}, "epochs": 6}}
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_recipe_is_valid_and_sets_what_it_names(family):
+    params = load_params()
+    for name, recipe in FAMILIES[family].recipes.items():
+        overrides = recipe["overrides"]
+        section = getattr(with_overrides(params, {f"{family}.{k}": v for k, v in overrides.items()}), family)
+        for key, value in overrides.items():
+            node = section
+            for part in key.split("."):
+                node = getattr(node, part)
+            assert node == value, (name, key)
+    # a recipe replaces the loss terms, it does not add to the baseline's
+    robust = with_overrides(params, {f"sensor.{k}": v for k, v in SENSOR.recipes["robust"]["overrides"].items()})
+    assert robust.sensor.finetune.loss.terms == {"gce": 1.0}
