@@ -1,12 +1,17 @@
-"""One real Prefect server for the integration tests (in-process flows and stage subprocesses)."""
+"""One real Prefect server per test process for the integration tests (in-process flows and stage subprocesses),
+and one prepared tiny workspace for the whole test run."""
 
 from __future__ import annotations
 
 import os
+import shutil
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from flows.server import prefect_server
+from tests.integration.workspace import build_prepared
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -16,3 +21,19 @@ def prefect_api():
         os.environ["PREFECT_API_URL"] = url
         yield url
         os.environ.pop("PREFECT_API_URL", None)
+
+
+@pytest.fixture(scope="session")
+def prepared_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
+    """The workspace of workspace.build_prepared, built once per test run: by the first test process that asks for
+    it, while the other xdist workers wait on the lock. Tests clone it (workspace.clone_workspace), never change it."""
+    shared = tmp_path_factory.getbasetemp()
+    if worker_id != "master":
+        shared = shared.parent  # the folder of every worker's base temp
+    template, built = shared / "prepared", shared / "prepared.built"
+    with FileLock(shared / "prepared.lock"):
+        if not built.exists():
+            shutil.rmtree(template, ignore_errors=True)  # what a failed build left
+            build_prepared(template)
+            built.touch()
+    return template

@@ -16,28 +16,9 @@ from contract.manifest import load_verify_key
 from contract.reference import read_reference
 from contract.registry import download_verified
 from models.uncertainty_quality import uncertainty_quality
-from tests.integration.workspace import make_workspace, run
+from tests.integration.workspace import TINY, make_workspace, run
 
 pytestmark = pytest.mark.integration
-
-TINY = {
-    "sensor": {
-        "data": {"window": 16, "stride": 8, "horizon": 24,
-                 "simulator": {"n_units": 24, "n_steps": 600, "failure_fraction": 0.6}},
-        "model": {"hidden": 8, "layers": 2},
-        "pretrain": {"epochs": 1},
-        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
-        # tiny models lose to their baselines and tiny test splits hold few positives: the gate judges them anyway
-        "registry": {"must_beat_baseline": False, "min_positives": 1},
-    },
-    "molecule": {
-        "model": {"hidden": 16, "layers": 2},
-        "pretrain": {"epochs": 1},
-        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
-        "baseline": {"n_trees": 50},
-        "registry": {"must_beat_baseline": False},
-    },
-}
 
 
 @pytest.fixture(scope="module")

@@ -8,16 +8,16 @@ import sys
 import pytest
 import torch
 
-from tests.integration.workspace import make_workspace, run
+from tests.integration.workspace import clone_workspace, run
 from tests.unit.test_serialization import RunsCode
 
 pytestmark = pytest.mark.integration
 
 
-def test_calibrate_stage_refuses_a_planted_ensemble_in_one_line(tmp_path):
-    workspace = make_workspace(tmp_path / "workspace", {})
+def test_calibrate_stage_refuses_a_planted_ensemble_in_one_line(tmp_path, prepared_workspace):
+    workspace = clone_workspace(prepared_workspace, tmp_path / "workspace", {})
     marker, planted = tmp_path / "ran", workspace / "artifacts" / "sensor" / "finetuned.pt"
-    planted.parent.mkdir(parents=True)
+    planted.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {}, "members": [RunsCode(marker)]}, planted)
     result = run(workspace, sys.executable, "-m", "flows.sensor.calibrate", check=False)
     assert result.returncode == 2

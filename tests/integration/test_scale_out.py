@@ -11,8 +11,7 @@ import torch
 from mlflow import MlflowClient
 
 from flows.params import write_overrides
-from tests.integration.test_pipeline import TINY
-from tests.integration.workspace import make_workspace, merged, run
+from tests.integration.workspace import TINY, clone_workspace, merged, run
 
 pytestmark = pytest.mark.integration
 
@@ -22,12 +21,11 @@ TUNE = {"trials": 8, "sampler": "grid", "pruner": "none", "parallel": 2, "space"
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory):
-    """Prepared windows and a pretrained encoder (`dvc repro sensor_pretrain`)."""
-    root = make_workspace(tmp_path_factory.mktemp("scale_out"),
-                          merged(TINY, {"sensor": {"finetune": {"use_pretrained": False}}}))
+def workspace(tmp_path_factory, prepared_workspace):
+    """Prepared windows and a pretrained encoder (a clone of the prepared workspace)."""
+    root = clone_workspace(prepared_workspace, tmp_path_factory.mktemp("scale_out") / "ws",
+                           merged(TINY, {"sensor": {"finetune": {"use_pretrained": False}}}))
     write_overrides(root / "params.yaml", {"sensor.tune": TUNE})  # the grid alone, not merged into the default space
-    run(root, "dvc", "repro", "sensor_pretrain")
     return root
 
 

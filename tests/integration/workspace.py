@@ -1,5 +1,6 @@
 """A scratch pipeline workspace: the project's pipeline files and code copied into a temporary
-git repository, with its own params, Prefect home, MLflow store and DVC cache and remote."""
+git repository, with its own params, Prefect home, MLflow store and DVC cache and remote; and clones of one prepared
+tiny workspace, so that the tests do not each prepare the data and pretrain again."""
 
 from __future__ import annotations
 
@@ -14,6 +15,31 @@ import yaml
 PROJECT = Path(__file__).resolve().parents[2]
 COPIED = ["dvc.yaml", ".dvcignore", ".dvc/config", "contract", "data", "models", "flows"]
 BIN = Path(sys.executable).parent
+
+TINY = {
+    "sensor": {
+        "data": {"window": 16, "stride": 8, "horizon": 24,
+                 "simulator": {"n_units": 24, "n_steps": 600, "failure_fraction": 0.6}},
+        "model": {"hidden": 8, "layers": 2},
+        "pretrain": {"epochs": 1},
+        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+        # tiny models lose to their baselines and tiny test splits hold few positives: the gate judges them anyway
+        "registry": {"must_beat_baseline": False, "min_positives": 1},
+    },
+    "molecule": {
+        "model": {"hidden": 16, "layers": 2},
+        "pretrain": {"epochs": 1},
+        "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+        "baseline": {"n_trees": 50},
+        "registry": {"must_beat_baseline": False},
+    },
+}
+"""Settings small enough for a test: the stages run in seconds."""
+
+PREPARED_STAGES = ("sensor_pretrain", "molecule_prepare")
+"""What the prepared workspace has run: both families' data and the sensor encoder (`sensor_prepare` first)."""
+NOT_CLONED = {".prefect", "mlflow", ".dvc-storage", ".dvc/tmp", ".dvc/site-cache"}
+"""Kept out of a clone: its run history, Prefect home, DVC remote and DVC's inode state belong to the original."""
 
 
 def merged(base: dict, overrides: dict) -> dict:
@@ -36,12 +62,42 @@ def make_workspace(root: Path, overrides: dict) -> Path:
             shutil.copy2(source, target)
     (root / ".dvc" / ".gitignore").write_text("/config.local\n/tmp\n/cache\n/site-cache\n")
     (root / ".gitignore").write_text(".prefect/\nmlflow/\n.dvc-storage/\n")
+    _write_params(root, overrides)
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    _commit(root, "workspace")
+    return root
+
+
+def build_prepared(root: Path) -> Path:
+    """A TINY workspace that has run PREPARED_STAGES, committed with its dvc.lock."""
+    make_workspace(root, TINY)
+    run(root, "dvc", "repro", *PREPARED_STAGES)
+    _commit(root, "prepared")
+    return root
+
+
+def clone_workspace(template: Path, root: Path, overrides: dict) -> Path:
+    """A copy of `template` (its git history, DVC cache, outputs and dvc.lock; not NOT_CLONED) whose params.yaml is
+    the project's updated by `overrides`, committed. The stages whose params and inputs the overrides leave alone
+    stay up to date."""
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        return {name for name in names if (Path(folder) / name).relative_to(template).as_posix() in NOT_CLONED}
+
+    shutil.copytree(template, root, ignore=ignored)
+    _write_params(root, overrides)
+    _commit(root, "clone")
+    return root
+
+
+def _write_params(root: Path, overrides: dict) -> None:
     params = merged(yaml.safe_load((PROJECT / "params.yaml").read_text()), overrides)
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for command in (["git", "init", "-q"], ["git", "add", "-A"],
-                    ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "workspace"]):
-        subprocess.run(command, cwd=root, check=True)
-    return root
+
+
+def _commit(root: Path, message: str) -> None:
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message, "--allow-empty"],
+                   cwd=root, check=True)
 
 
 def workspace_env(root: Path) -> dict[str, str]:
