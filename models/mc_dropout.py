@@ -1,8 +1,13 @@
 """MC-dropout (Gal and Ghahramani, 2016): dropout stays on at prediction, and N stochastic passes of one trained
-network give a spread that stands for its uncertainty, next to (or inside) a deep ensemble's spread over members."""
+network give a spread that stands for its uncertainty, next to (or inside) a deep ensemble's spread over members.
+
+Fixed masks (as in Masksembles, Durasov et al., 2021) draw each pass's dropout masks once, per feature: a pass is one
+fixed sub-network of the trained one, so an item's answer repeats on every call and does not depend on the other
+items of its batch, which a served model needs and ONNX Runtime's sampled Dropout does not give."""
 
 from __future__ import annotations
 
+import copy
 from typing import Callable
 
 import numpy as np
@@ -27,3 +32,54 @@ def mc_dropout_passes(predict: Callable[[], np.ndarray], passes: int, seed: int)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return np.stack([predict() for _ in range(passes)])
+
+
+class FixedMaskDropout(nn.Module):
+    """Dropout with its masks drawn once: `masks` (passes, features) of 0 and 1 / (1 - p). (..., features) ->
+    the input times masks[index] (every item and position alike), in train and eval mode."""
+
+    def __init__(self, masks: torch.Tensor):
+        super().__init__()
+        self.register_buffer("masks", masks)
+        self.index = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.masks[self.index]
+
+
+def fix_dropout_masks(model: nn.Module, passes: int, seed: int, probe: Callable[[nn.Module], object]) -> nn.Module:
+    """A copy of `model` in eval mode whose Dropout modules are FixedMaskDropout with `passes` masks over their
+    input's last (feature) axis, drawn from one generator seeded with `seed`, in module order. `probe(copy)` runs a
+    forward pass that shows each Dropout's feature size; a Dropout it does not reach stays (off in eval mode)."""
+    if passes < 1:
+        raise ValueError(f"fixed masks need at least one pass (got {passes})")
+    masked = copy.deepcopy(model).eval()
+    dropouts = [(name, m) for name, m in masked.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
+    sizes: dict[str, int] = {}
+
+    def record(name: str):
+        def hook(_, args) -> None:
+            sizes.setdefault(name, args[0].shape[-1])
+        return hook
+
+    hooks = [m.register_forward_pre_hook(record(name)) for name, m in dropouts]
+    with torch.no_grad():
+        probe(masked)
+    for hook in hooks:
+        hook.remove()
+    generator = torch.Generator().manual_seed(seed)
+    for name, module in dropouts:
+        if name in sizes:
+            keep = torch.rand(passes, sizes[name], generator=generator) >= module.p
+            parent, _, child = name.rpartition(".")
+            setattr(masked.get_submodule(parent), child, FixedMaskDropout(keep.float() / (1 - module.p)))
+    return masked
+
+
+def set_pass(model: nn.Module, index: int) -> nn.Module:
+    """`model` with every FixedMaskDropout on its pass `index`."""
+    for module in model.modules():
+        if isinstance(module, FixedMaskDropout):
+            module.index = index
+    return model
+

@@ -100,3 +100,33 @@ def test_a_sensor_models_mc_passes_differ_and_a_plain_prediction_after_them_is_d
     plain = predict_logits(model, features, cpu)
     assert not any(m.training for m in model.modules())
     assert np.array_equal(plain, predict_logits(model, features, cpu))
+
+
+def test_fixed_masks_give_each_molecule_one_answer_per_pass_whatever_its_batch_and_the_passes_differ():
+    from models.mc_dropout import FixedMaskDropout, fix_dropout_masks, set_pass
+    from models.molecule.training import predict_raw
+    from tests.unit.test_molecule_model import HANDFUL, SMALL, model, molecules
+
+    net = model()
+    net.apply(lambda m: setattr(m, "p", 0.3) if isinstance(m, nn.Dropout) else None)
+    cpu = torch.device("cpu")
+    every, alone = molecules(HANDFUL), molecules(HANDFUL[2:3])
+
+    def fixed_passes(seed: int) -> tuple[nn.Module, np.ndarray]:
+        masked = fix_dropout_masks(net, 6, seed, lambda m: predict_raw(m, every, cpu))
+        return masked, np.stack([predict_raw(set_pass(masked, index), every, cpu) for index in range(6)])
+
+    masked, passes = fixed_passes(seed=1)
+    assert passes.shape == (6, len(HANDFUL)) and passes.std(axis=0).min() > 0  # the sub-networks differ
+    assert np.array_equal(passes, fixed_passes(seed=1)[1]) and not np.allclose(passes, fixed_passes(seed=2)[1])
+    for index in range(6):  # a molecule alone gets its answer from inside the batch
+        assert predict_raw(set_pass(masked, index), alone, cpu)[0] == pytest.approx(passes[index, 2], abs=1e-5)
+    fixed = [m for m in masked.modules() if isinstance(m, FixedMaskDropout)]
+    assert fixed and not any(isinstance(m, nn.Dropout) for m in masked.modules())  # every Dropout was reached
+    kept = torch.cat([m.masks.flatten() for m in fixed])
+    assert kept.unique().tolist() == [0.0, pytest.approx(1 / 0.7)] and 0.6 < (kept > 0).float().mean() < 0.8
+    assert all(m.masks.shape[-1] in (SMALL.hidden, 2 * SMALL.hidden) for m in fixed)  # the feature axis
+    plain = predict_raw(net, every, cpu)  # the trained model itself is left as it was
+    assert np.array_equal(plain, predict_raw(net, every, cpu)) and not np.allclose(plain, passes[0])
+    with pytest.raises(ValueError, match="at least one pass"):
+        fix_dropout_masks(net, 0, 0, lambda m: None)
