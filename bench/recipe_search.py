@@ -176,11 +176,14 @@ def run(family: str, params_path: str, dataset: str, name: str, seed: int) -> di
 
 def summarise(family: Family, runs: list[dict]) -> dict:
     """Per recipe: each dataset's mean validation/test error over seeds and seconds, and the score (None until the
-    recipe and `baseline` both ran every dataset)."""
-    summary = {}
+    recipe and `baseline` both ran every dataset). A dataset's reduction is paired by seed: the recipe's mean error
+    against the baseline's over the seeds both ran, so a recipe run with fewer seeds meets the same baseline runs."""
+    summary, val_errors = {}, {}
     for run_ in runs:
         row = summary.setdefault(run_["recipe"], {"datasets": {}})
         row["datasets"].setdefault(run_["dataset"], []).append(run_)
+        metric = family.datasets[run_["dataset"]][1]
+        val_errors[run_["recipe"], run_["dataset"], run_["seed"]] = error(metric, run_["val"])
     for row in summary.values():
         for dataset, done in row["datasets"].items():
             metric = family.datasets[dataset][1]
@@ -190,14 +193,19 @@ def summarise(family: Family, runs: list[dict]) -> dict:
                 "test_error": float(np.mean([error(metric, r["test"]) for r in done])),
                 "seconds": float(np.mean([r["seconds"] for r in done]))}
     base = summary.get("baseline", {}).get("datasets", {})
-    for row in summary.values():
+    for name, row in summary.items():
         if set(row["datasets"]) != set(family.datasets) or set(base) != set(family.datasets):
             row["score"] = None
             continue
         groups: dict[str, list[float]] = {}
         for dataset, (group, _) in family.datasets.items():
-            groups.setdefault(group, []).append(1.0 - row["datasets"][dataset]["val_error"] / base[dataset]["val_error"])
-        row["score"] = float(np.mean([np.mean(gains) for gains in groups.values()]))
+            seeds = sorted(set(row["datasets"][dataset]["seeds"]) & set(base[dataset]["seeds"]))
+            if not seeds:
+                groups = {}
+                break
+            mean = {r: np.mean([val_errors[r, dataset, seed] for seed in seeds]) for r in (name, "baseline")}
+            groups.setdefault(group, []).append(1.0 - mean[name] / mean["baseline"])
+        row["score"] = float(np.mean([np.mean(gains) for gains in groups.values()])) if groups else None
     return summary
 
 
@@ -206,7 +214,7 @@ def markdown(family_name: str, report: dict) -> str:
     headers = ["recipe", "what it sets"]
     for dataset, (_, metric) in family.datasets.items():
         headers += [f"{dataset} val {metric}", f"{dataset} test {metric}"]
-    headers += ["seconds per run", "score (val)"]
+    headers += ["seeds", "seconds per run", "score (val)"]
     body = []
     ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
     for name, row in ranked:
@@ -216,6 +224,7 @@ def markdown(family_name: str, report: dict) -> str:
             d = row["datasets"].get(dataset)
             value = (lambda e: e) if metric == "rmse" else (lambda e: 1.0 - e)
             cells += [f"{value(d['val_error']):.3f}", f"{value(d['test_error']):.3f}"] if d else ["", ""]
+        cells.append(" ".join(str(seed) for seed in sorted({s for d in row["datasets"].values() for s in d["seeds"]})))
         cells.append(f"{np.mean([d['seconds'] for d in row['datasets'].values()]):.0f}")
         cells.append(f"{row['score']:+.3f}" if row["score"] is not None else "")
         body.append(cells)
@@ -224,7 +233,8 @@ def markdown(family_name: str, report: dict) -> str:
         f"# {family_name.capitalize()} recipe search", "",
         f"`bench/recipe_search.py {family_name}`, seeds {seeds}: each recipe's ensemble as the pipeline trains it, "
         "on every developer dataset. score: the mean over datasets of the relative validation error reduction against "
-        "`baseline` (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first); the highest is chosen. "
+        "`baseline` over the same seeds (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first); the "
+        "highest is chosen. "
         "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
         tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
 

@@ -9,8 +9,8 @@ from bench.recipe_search import FAMILIES, SENSOR, summarise
 from flows.params import load_params, with_overrides
 
 
-def _runs(recipe: str, pr_auc: dict[str, float]) -> list[dict]:
-    return [{"dataset": d, "recipe": recipe, "seed": 0, "val": {"pr_auc": v}, "test": {"pr_auc": v}, "seconds": 1.0}
+def _runs(recipe: str, pr_auc: dict[str, float], seed: int = 0) -> list[dict]:
+    return [{"dataset": d, "recipe": recipe, "seed": seed, "val": {"pr_auc": v}, "test": {"pr_auc": v}, "seconds": 1.0}
             for d, v in pr_auc.items()]
 
 
@@ -25,6 +25,17 @@ def test_score_weighs_each_dataset_group_the_same():
     worse_fd001 = {**BASE, "fd001": 0.8}  # FD001's error doubles
     assert summarise(SENSOR, _runs("baseline", BASE) + _runs("bce_long", worse_fd001))["bce_long"]["score"] == (
         pytest.approx(-1 / 3))
+
+
+def test_a_recipe_meets_the_baseline_on_the_seeds_it_ran():
+    lucky = {k: v - 0.3 for k, v in BASE.items()}  # the baseline's second seed is much worse everywhere
+    runs = _runs("baseline", BASE) + _runs("baseline", lucky, seed=1) + _runs("robust", BASE)
+    summary = summarise(SENSOR, runs)
+    assert summary["robust"]["score"] == pytest.approx(0.0)  # level with the baseline's seed 0, not its mean
+    assert summary["baseline"]["datasets"]["fd001"]["seeds"] == [0, 1]
+    summary = summarise(SENSOR, runs + _runs("robust", lucky, seed=1))
+    assert summary["robust"]["score"] == pytest.approx(0.0)  # both seeds, each level
+    assert summarise(SENSOR, _runs("baseline", BASE) + _runs("robust", BASE, seed=1))["robust"]["score"] is None
 
 
 def test_no_score_until_every_dataset_ran():
