@@ -14,13 +14,20 @@ from torch.export import Dim
 
 
 def _mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, M) -> mean (B,), population std (B,) over members."""
+    """(B, S) -> mean (B,), population std (B,) over samples."""
     mean = values.mean(dim=-1)
     return mean, ((values - mean.unsqueeze(-1)) ** 2).mean(dim=-1).sqrt()
 
 
+def _samples(members: nn.ModuleList, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """(B, S): every member's outputs side by side, a member answering (B,) or (B, passes) (models/mc_dropout.py:
+    FixedMaskPasses)."""
+    outputs = [member(*inputs) for member in members]
+    return torch.cat([out.unsqueeze(-1) if out.dim() == 1 else out for out in outputs], dim=-1)
+
+
 class CalibratedClassifierEnsemble(nn.Module):
-    """Members' logits / T -> sigmoid -> (probability (B,), uncertainty (B,) = std over members)."""
+    """Members' logits / T -> sigmoid -> (probability (B,), uncertainty (B,) = std over members' samples)."""
 
     def __init__(self, members: list[nn.Module], temperature: float):
         super().__init__()
@@ -28,8 +35,7 @@ class CalibratedClassifierEnsemble(nn.Module):
         self.register_buffer("temperature", torch.tensor(float(temperature)))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = torch.stack([member(*inputs) for member in self.members], dim=-1)
-        return _mean_and_std(torch.sigmoid(logits / self.temperature))
+        return _mean_and_std(torch.sigmoid(_samples(self.members, inputs) / self.temperature))
 
 
 class CalibratedRegressorEnsemble(nn.Module):
@@ -43,7 +49,7 @@ class CalibratedRegressorEnsemble(nn.Module):
         self.register_buffer("scale", torch.tensor(float(scale)))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, std = _mean_and_std(torch.stack([member(*inputs) for member in self.members], dim=-1))
+        mean, std = _mean_and_std(_samples(self.members, inputs))
         return self.target_mean + self.target_std * mean, self.target_std * self.scale * std
 
 

@@ -49,8 +49,8 @@ class FixedMaskDropout(nn.Module):
 
 def fix_dropout_masks(model: nn.Module, passes: int, seed: int, probe: Callable[[nn.Module], object]) -> nn.Module:
     """A copy of `model` in eval mode whose Dropout modules are FixedMaskDropout with `passes` masks over their
-    input's last (feature) axis, drawn from one generator seeded with `seed`, in module order. `probe(copy)` runs a
-    forward pass that shows each Dropout's feature size; a Dropout it does not reach stays (off in eval mode)."""
+    input's last (feature) axis, drawn by `seed` and the module's place. `probe(copy)` runs a forward pass that
+    shows each Dropout's feature size; a Dropout it does not reach stays (off in eval mode)."""
     if passes < 1:
         raise ValueError(f"fixed masks need at least one pass (got {passes})")
     masked = copy.deepcopy(model).eval()
@@ -67,9 +67,9 @@ def fix_dropout_masks(model: nn.Module, passes: int, seed: int, probe: Callable[
         probe(masked)
     for hook in hooks:
         hook.remove()
-    generator = torch.Generator().manual_seed(seed)
-    for name, module in dropouts:
-        if name in sizes:
+    for index, (name, module) in enumerate(dropouts):
+        if name in sizes:  # each module's own generator: one the probe misses shifts no other's masks
+            generator = torch.Generator().manual_seed(seed * 10_007 + index)
             keep = torch.rand(passes, sizes[name], generator=generator) >= module.p
             parent, _, child = name.rpartition(".")
             setattr(masked.get_submodule(parent), child, FixedMaskDropout(keep.float() / (1 - module.p)))
@@ -82,4 +82,16 @@ def set_pass(model: nn.Module, index: int) -> nn.Module:
         if isinstance(module, FixedMaskDropout):
             module.index = index
     return model
+
+
+class FixedMaskPasses(nn.Module):
+    """A model with fixed masks (fix_dropout_masks) run on each of its `passes`: (*inputs) -> (B, passes). Exported,
+    the passes are part of the graph: one trained network gives `passes` repeatable answers per item."""
+
+    def __init__(self, masked: nn.Module, passes: int):
+        super().__init__()
+        self.masked, self.passes = masked, passes
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return torch.stack([set_pass(self.masked, index)(*inputs) for index in range(self.passes)], dim=-1)
 

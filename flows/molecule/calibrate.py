@@ -8,7 +8,7 @@ from prefect import flow
 
 from flows.json_io import write_json
 from data.molecules.tokenizer import SmilesTokenizer
-from flows.molecule.artifacts import featurize, load_ensemble
+from flows.molecule.artifacts import featurize, fixed_mask_members, load_ensemble
 from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
@@ -16,16 +16,21 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.calibration import ensemble_probability, fit_interval_scale, fit_temperature
 from models.device import pick_device
+from models.mc_dropout import set_pass
 from models.metrics import expected_calibration_error
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
 from models.molecule.training import predict_raw
 
 
 @compute_task(name="member-outputs")
-def member_outputs(members, molecules) -> np.ndarray:
-    """(n, members) raw outputs."""
+def member_outputs(members, molecules, mask_passes: int, mask_seed: int) -> np.ndarray:
+    """(n, samples) raw outputs: one per member, or with fixed-mask passes `mask_passes` per member (in the order
+    of the exported graph: member by member)."""
     device = pick_device()
-    return np.stack([predict_raw(m, molecules, device) for m in members], axis=1)
+    if mask_passes == 0:
+        return np.stack([predict_raw(m, molecules, device) for m in members], axis=1)
+    masked = fixed_mask_members(members, mask_passes, mask_seed, molecules.subset(range(min(8, len(molecules)))))
+    return np.stack([predict_raw(set_pass(m, p), molecules, device) for m in masked for p in range(mask_passes)], axis=1)
 
 
 @flow(name="molecule-calibrate")
@@ -39,7 +44,7 @@ def molecule_calibrate(params_file: str = "params.yaml") -> dict:
     prepared = load_molecules()
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"]), tokenizer,
-                                           params.molecule.data.max_heavy_atoms))
+                                           params.molecule.data.max_heavy_atoms), cfg.mask_passes, cfg.mask_seed)
     y = targets(prepared, "val")
     if state["task"] == "regression":
         values = state["target_mean"] + state["target_std"] * raw
@@ -57,6 +62,7 @@ def molecule_calibrate(params_file: str = "params.yaml") -> dict:
         result = {"method": "temperature", "temperature": temperature,
                   "val_ece_before": expected_calibration_error(y, ensemble_probability(raw)),
                   "val_ece_after": expected_calibration_error(y, ensemble_probability(raw, temperature))}
+    result.update(mask_passes=cfg.mask_passes, mask_seed=cfg.mask_seed)  # the sub-networks export builds again
     write_json(MOLECULE.calibration, result)
     with stage_run(params.tracking, "molecule", "calibrate", {"calibrate": cfg.model_dump()},
                    {"molecule": MOLECULE.prepared}):

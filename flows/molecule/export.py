@@ -14,7 +14,7 @@ from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
 from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS, graph_less
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
-from flows.molecule.artifacts import featurize, load_ensemble
+from flows.molecule.artifacts import featurize, fixed_mask_members, load_ensemble
 from flows.molecule.evaluation import calibration_error, outputs, test_metrics, uncertainty_figures
 from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
@@ -24,6 +24,7 @@ from contract.reference import write_reference
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
+from models.mc_dropout import FixedMaskPasses
 from models.molecule.training import Molecules, model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
@@ -77,14 +78,18 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     members, state = load_ensemble(MOLECULE.finetuned)
     task = state["task"]
     calibration = read_json(MOLECULE.calibration)
-    if task == "regression":
-        model = CalibratedRegressorEnsemble(members, state["target_mean"], state["target_std"], calibration["scale"])
-    else:
-        model = CalibratedClassifierEnsemble(members, calibration["temperature"])
     prepared = load_molecules()
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     val_smiles = list(prepared.splits["val"]["smiles"][:64])
     val_data = featurize(val_smiles, tokenizer, params.molecule.data.max_heavy_atoms)
+    passes = calibration.get("mask_passes", 0)
+    if passes:  # the passes calibrate fitted on, inside the graph
+        members = [FixedMaskPasses(m, passes) for m in fixed_mask_members(
+            members, passes, calibration["mask_seed"], val_data.subset(range(min(8, len(val_data)))))]
+    if task == "regression":
+        model = CalibratedRegressorEnsemble(members, state["target_mean"], state["target_std"], calibration["scale"])
+    else:
+        model = CalibratedClassifierEnsemble(members, calibration["temperature"])
     export(model.eval(), model_arrays(val_data.subset(range(min(4, len(val_data))))), task,
            params.molecule.export.opset)
 
@@ -92,7 +97,7 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     card = {"family": "molecule", "task": task, "target": data.target_column if data.source == "file" else data.source,
             "featurizer_version": FEATURIZER_VERSION,
             "tokenizer": tokenizer.to_dict(), "model": state["model"],
-            "calibration": calibration, "ensemble_size": len(members), "outputs": outputs(task),
+            "calibration": calibration, "ensemble_size": len(members), "mask_passes": passes, "outputs": outputs(task),
             "inputs": INPUT_DOC, "smiles_only": state["model"]["modalities"] != "graph"}
     predictor = MoleculePredictor(MOLECULE.onnx, card, prefer_cuda=False)
     max_diff = parity(model, predictor, val_data, val_smiles)

@@ -65,6 +65,12 @@ class MoleculeCalibrateConfig(StrictModel):
         description="scaled_variance: z-scores of unit variance; conformal: split-conformal quantile of |residual| / spread "
         "at the nominal coverage of interval_z",
     )
+    mask_passes: int = Field(
+        0, ge=0, le=64,
+        description="MC-dropout with fixed masks (models/mc_dropout.py): passes per member whose outputs join the "
+        "ensemble's spread, calibrated and exported with it; each is a forward pass at prediction. 0: members alone",
+    )
+    mask_seed: int = Field(0, ge=0, description="seed of the fixed masks (member i: mask_seed * 1000 + i)")
 
 
 class MoleculeBaselineConfig(StrictModel):
