@@ -92,6 +92,7 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc"] == pytest.approx(figures["aurc"], abs=1e-4)
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
+    assert cards["molecule"]["mask_passes"] == cards["molecule"]["calibration"]["mask_passes"] == 2
     # the novelty score's test figures are those of the predictions written beside them
     novelty = cards["sensor"]["novelty"]
     for part in ("novelty", "combined"):

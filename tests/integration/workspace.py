@@ -30,6 +30,7 @@ TINY = {
         "model": {"hidden": 16, "layers": 2},
         "pretrain": {"epochs": 1},
         "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+        "calibrate": {"mask_passes": 2},  # MC-dropout with fixed masks: calibrated and exported with the members
         "baseline": {"n_trees": 50},
         "registry": {"must_beat_baseline": False},
     },
