@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 
+import onnx
 import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score
@@ -93,6 +94,9 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
     assert cards["molecule"]["mask_passes"] == cards["molecule"]["calibration"]["mask_passes"] == 2
+    # the passes are in the graph as fixed masks: nothing is drawn at run time
+    ops = {node.op_type for node in onnx.load(str(root / "artifacts" / "molecule" / "export" / "model.onnx")).graph.node}
+    assert not ops & {"Dropout", "RandomUniform", "RandomUniformLike", "Bernoulli"}
     # the novelty score's test figures are those of the predictions written beside them
     novelty = cards["sensor"]["novelty"]
     for part in ("novelty", "combined"):
@@ -123,8 +127,6 @@ def test_a_param_change_reruns_exactly_the_stages_it_affects(pipeline):
 
 def test_quantize_exports_evaluates_and_registers_the_int8_model(pipeline):
     """Runs last: `sensor.export.quantize: true` re-runs the export for real and registers the int8 file."""
-    import onnx
-
     root, _ = pipeline
     params = yaml.safe_load((root / "params.yaml").read_text())
     params["sensor"]["export"]["quantize"] = True

@@ -435,32 +435,3 @@ def test_the_export_parity_check_skips_smiles_views_the_tokenizer_cannot_take(ex
     assert molecules.tokens[2] is None and molecules.tokens[0] is not None
     assert parity.fn(ensemble, MoleculePredictor(path, card, prefer_cuda=False), molecules, smiles) <= 1e-4
 
-
-def test_fixed_mask_passes_export_inside_the_ensemble_and_answer_a_molecule_as_when_alone(tmp_path):
-    import onnx
-    from models.mc_dropout import FixedMaskPasses, fix_dropout_masks
-
-    torch.manual_seed(0)
-    cfg = SMALL.model_copy(update={"dropout": 0.3})
-    probe = molecules(HANDFUL[:3])
-    members = [FixedMaskPasses(fix_dropout_masks(build_model(len(TOKENIZER), TOKENIZER.max_length, cfg), 3, seed,
-                                                 lambda m: molecule_training.predict_raw(m, probe, CPU)), 3)
-               for seed in (0, 1)]
-    ensemble = CalibratedRegressorEnsemble(members, target_mean=-3.0, target_std=2.0, scale=1.5).eval()
-    example = inputs(["CCN", "c1ccccc1", "CCO"])
-    path = export_onnx(ensemble, {k: torch.from_numpy(example[k]) for k in MODEL_INPUTS}, MODEL_INPUT_AXES,
-                       ["value", "uncertainty"], tmp_path / "molecule.onnx")
-    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
-    assert not ops & {"Dropout", "RandomUniform", "RandomUniformLike", "Bernoulli"}  # nothing drawn at run time
-    session = load_session(path, prefer_cuda=False)[0]
-    batch = ["c1ccccc1O", "CCN", "Clc1ccc(Br)cc1CCCCCCCC", "CC(=O)O"]
-    out = run(session, inputs(batch))
-    value, uncertainty = forward(ensemble, inputs(batch))
-    assert np.abs(out["value"] - value.numpy()).max() <= 1e-4
-    assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
-    with torch.no_grad():  # 2 members x 3 passes: six samples, and the passes of one member differ
-        samples = torch.cat([m(*tensors(inputs(batch), CPU)) for m in members], dim=-1)
-    assert samples.shape == (4, 6) and (samples[:, :3].std(dim=1) > 0).all()
-    alone = run(session, inputs(batch[2:3]))
-    assert alone["value"][0] == pytest.approx(out["value"][2], abs=1e-5)
-    assert alone["uncertainty"][0] == pytest.approx(out["uncertainty"][2], abs=1e-5)
