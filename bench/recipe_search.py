@@ -218,7 +218,7 @@ def markdown(family_name: str, report: dict) -> str:
     body = []
     ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
     for name, row in ranked:
-        cells = [f"**{name}** (chosen)" if name == report.get("chosen") else name,
+        cells = [f"**{name}** (best score)" if name == report.get("chosen") else name,
                  family.recipes[name]["description"] if name in family.recipes else ""]
         for dataset, (_, metric) in family.datasets.items():
             d = row["datasets"].get(dataset)
@@ -234,7 +234,7 @@ def markdown(family_name: str, report: dict) -> str:
         f"`bench/recipe_search.py {family_name}`, seeds {seeds}: each recipe's ensemble as the pipeline trains it, "
         "on every developer dataset. score: the mean over datasets of the relative validation error reduction against "
         "`baseline` over the same seeds (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first); the "
-        "highest is chosen. "
+        "highest is the rule's choice. "
         "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
         tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
 
