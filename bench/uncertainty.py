@@ -11,8 +11,9 @@ The same trained members serve all three methods, so only the uncertainty differ
 - `mc_dropout`: the first member alone, --passes stochastic passes with dropout on (models/mc_dropout.py).
 - `ensemble_mc_dropout`: every member, --passes passes each.
 - `fixed_masks`, `ensemble_fixed_masks` (molecules): the same with each pass's dropout masks drawn once per
-  feature (models/mc_dropout.py: fix_dropout_masks), so that a molecule's answer repeats and does not depend on its
-  batch, as a served graph would need. (The sensor encoder's convolutions drop along another axis: not offered.)
+  feature (models/molecule/training.py: fixed_mask_members, what `molecule.calibrate.mask_passes` serves), so that
+  a molecule's answer repeats and does not depend on its batch, as a served graph needs. (The sensor encoder's
+  convolutions drop along another axis: not offered.)
 Each is calibrated on validation as the pipeline calibrates its family: temperature scaling of the samples'
 logits (probabilities), the scaled-variance interval (values). Measured on test (models/uncertainty_quality.py):
 the family's metrics, Spearman correlation of the uncertainty with the loss, AURC and its gain over a random
@@ -45,9 +46,9 @@ from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
 from flows.params import load_params  # noqa: E402
 from models.calibration import choose_threshold, fit_interval_scale, fit_temperature  # noqa: E402
-from models.mc_dropout import fix_dropout_masks, mc_dropout_passes, set_pass  # noqa: E402
+from models.mc_dropout import mc_dropout_passes  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
-from models.molecule.training import predict_raw  # noqa: E402
+from models.molecule.training import fixed_mask_members, predict_passes, predict_raw  # noqa: E402
 from models.sensor.training import finetune_member as sensor_member, predict_logits, pretrain_encoder  # noqa: E402
 from models.uncertainty_quality import classification_uncertainty_quality, regression_uncertainty_quality  # noqa: E402
 
@@ -69,14 +70,12 @@ def samples(predict, members: list, passes: int, seed: int) -> dict[str, dict[st
             "ensemble_mc_dropout": {s: sampled[s].reshape(-1, sampled[s].shape[-1]).T for s in SPLITS}}
 
 
-def fixed_mask_samples(predict, members: list, passes: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """The fixed-mask methods: method -> split -> raw outputs (n, samples). `predict(model, split)` -> (n,) in eval
-    mode; each member's masks are drawn once and serve both splits."""
-    masked = [fix_dropout_masks(m, passes, seed * 1000 + i, lambda copy: predict(copy, "val"))
-              for i, m in enumerate(members)]
-    out = {s: np.stack([[predict(set_pass(m, p), s) for p in range(passes)] for m in masked]) for s in SPLITS}
-    return {"fixed_masks": {s: out[s][0].T for s in SPLITS},
-            "ensemble_fixed_masks": {s: out[s].reshape(-1, out[s].shape[-1]).T for s in SPLITS}}
+def fixed_mask_samples(members: list, data: dict, passes: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
+    """The fixed-mask methods: method -> split -> raw outputs (n, samples), the pipeline's masks (the same for
+    both splits) with `seed` as `mask_seed`."""
+    masked = fixed_mask_members(members, passes, seed, data["val"])
+    out = {s: predict_passes(masked, data[s], CPU, passes) for s in SPLITS}  # member by member
+    return {"fixed_masks": {s: out[s][:, :passes] for s in SPLITS}, "ensemble_fixed_masks": out}
 
 
 def probability_scores(logits: dict[str, np.ndarray], y: dict[str, np.ndarray], target_precision: float | None) -> dict:
@@ -130,7 +129,7 @@ def molecule_condition(params, dataset: str, seed: int, passes: int) -> dict:
     task, data, y, members = trained_ensemble.task, trained_ensemble.data, trained_ensemble.y, trained_ensemble.members
     mean, std, trained = trained_ensemble.mean, trained_ensemble.std, trained_ensemble.seconds
     by_method = samples(lambda m, s, dropout: predict_raw(m, data[s], CPU, dropout=dropout), members, passes, seed)
-    by_method.update(fixed_mask_samples(lambda m, s: predict_raw(m, data[s], CPU), members, passes, seed))
+    by_method.update(fixed_mask_samples(members, data, passes, seed))
     methods = {}
     for name in MOLECULE_METHODS:
         raw = by_method[name]

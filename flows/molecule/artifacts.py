@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.tasks import compute_task
-from models.mc_dropout import fix_dropout_masks
 from models.molecule.config import MoleculeModelConfig
 from models.molecule.network import MoleculeNet
-from models.molecule.training import Molecules, build_model, predict_raw
+from models.molecule.training import Molecules, build_model
 from models.serialization import load_state, save_state
 
 
@@ -32,14 +29,6 @@ def save_ensemble(path: Path, members: list[MoleculeNet], model_cfg: MoleculeMod
     save_state({"model": model_cfg.model_dump(), "task": task, "target_mean": target_mean, "target_std": target_std,
                 "tokenizer": tokenizer.to_dict(), "members": [m.state_dict() for m in members],
                 "histories": histories}, path)
-
-
-def fixed_mask_members(members: list[MoleculeNet], passes: int, seed: int, probe: Molecules) -> list[torch.nn.Module]:
-    """Each member with `passes` fixed dropout masks (models/mc_dropout.py), member i's drawn with seed * 1000 + i,
-    so that calibrate and export build the same sub-networks; `probe` (a few molecules) shows the feature sizes."""
-    cpu = torch.device("cpu")
-    return [fix_dropout_masks(m, passes, seed * 1000 + i, lambda copy: predict_raw(copy, probe, cpu))
-            for i, m in enumerate(members)]
 
 
 def load_ensemble(path: Path) -> tuple[list[MoleculeNet], dict]:

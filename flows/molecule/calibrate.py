@@ -8,7 +8,7 @@ from prefect import flow
 
 from flows.json_io import write_json
 from data.molecules.tokenizer import SmilesTokenizer
-from flows.molecule.artifacts import featurize, fixed_mask_members, load_ensemble
+from flows.molecule.artifacts import featurize, load_ensemble
 from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
 from flows.paths import MOLECULE
@@ -16,10 +16,9 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.calibration import ensemble_probability, fit_interval_scale, fit_temperature
 from models.device import pick_device
-from models.mc_dropout import set_pass
 from models.metrics import expected_calibration_error
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
-from models.molecule.training import predict_raw
+from models.molecule.training import fixed_mask_members, predict_passes, predict_raw
 
 
 @compute_task(name="member-outputs")
@@ -30,7 +29,7 @@ def member_outputs(members, molecules, mask_passes: int, mask_seed: int) -> np.n
     if mask_passes == 0:
         return np.stack([predict_raw(m, molecules, device) for m in members], axis=1)
     masked = fixed_mask_members(members, mask_passes, mask_seed, molecules.subset(range(min(8, len(molecules)))))
-    return np.stack([predict_raw(set_pass(m, p), molecules, device) for m in masked for p in range(mask_passes)], axis=1)
+    return predict_passes(masked, molecules, device, mask_passes)
 
 
 @flow(name="molecule-calibrate")

@@ -14,7 +14,7 @@ from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
 from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS, graph_less
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.json_io import read_json, write_json
-from flows.molecule.artifacts import featurize, fixed_mask_members, load_ensemble
+from flows.molecule.artifacts import featurize, load_ensemble
 from flows.molecule.evaluation import calibration_error, outputs, test_metrics, uncertainty_figures
 from flows.molecule.prepared import load_molecules, targets
 from flows.params import load_params
@@ -25,7 +25,7 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
 from models.mc_dropout import FixedMaskPasses
-from models.molecule.training import Molecules, model_arrays
+from models.molecule.training import Molecules, fixed_mask_members, model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
 from models.uncertainty_quality import uncertainty_metrics

@@ -434,4 +434,3 @@ def test_the_export_parity_check_skips_smiles_views_the_tokenizer_cannot_take(ex
     molecules = Molecules.from_smiles(smiles, TOKENIZER)
     assert molecules.tokens[2] is None and molecules.tokens[0] is not None
     assert parity.fn(ensemble, MoleculePredictor(path, card, prefer_cuda=False), molecules, smiles) <= 1e-4
-
