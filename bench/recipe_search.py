@@ -209,16 +209,68 @@ def summarise(family: Family, runs: list[dict]) -> dict:
     return summary
 
 
+def _seeds(row: dict) -> set[int]:
+    """The seeds a recipe ran on every dataset."""
+    return set.intersection(*(set(d["seeds"]) for d in row["datasets"].values()))
+
+
+def seed_scores(family: Family, runs: list[dict]) -> dict[str, dict[int, float]]:
+    """recipe -> seed -> its score on that seed alone (against the baseline's run of the same seed)."""
+    out: dict[str, dict[int, float]] = {}
+    for seed in sorted({r["seed"] for r in runs}):
+        for name, row in summarise(family, [r for r in runs if r["seed"] == seed]).items():
+            if row["score"] is not None:
+                out.setdefault(name, {})[seed] = row["score"]
+    return out
+
+
+def incumbent(family_name: str, params) -> str | None:
+    """The recipe params.yaml holds now: every key it sets has that value in the family's section."""
+    section = getattr(params, family_name)
+
+    def value(key: str):
+        node = section
+        for part in key.split("."):
+            node = getattr(node, part)
+        return node
+
+    held = [name for name, recipe in FAMILIES[family_name].recipes.items()
+            if all(value(key) == setting for key, setting in recipe["overrides"].items())]
+    return held[0] if held else None
+
+
+def choose(summary: dict, per_seed: dict[str, dict[int, float]], held: str | None) -> dict:
+    """The rule's choice: the leader is the highest score among the recipes scored on the most seeds (a seed moves
+    every recipe's score alike, so a score over fewer seeds is not compared with them). The leader replaces the
+    recipe params.yaml holds (`held`) only when its gain over it, paired by seed, is larger than that gain's
+    standard error; otherwise `held` stays (a change of defaults reruns every headline). Returns the choice, the
+    leader and the paired gain (mean, standard error, seeds) where there is one."""
+    scored = {name: row for name, row in summary.items() if row["score"] is not None}
+    if not scored:
+        return {"chosen": None, "leader": None}
+    most = max(len(_seeds(row)) for row in scored.values())
+    leader = max((name for name, row in scored.items() if len(_seeds(row)) == most), key=lambda n: scored[n]["score"])
+    if held is None or held == leader or held not in per_seed:
+        return {"chosen": leader, "leader": leader}
+    seeds = sorted(set(per_seed[leader]) & set(per_seed[held]))
+    gains = np.array([per_seed[leader][seed] - per_seed[held][seed] for seed in seeds])
+    error_ = float(gains.std(ddof=1) / np.sqrt(len(gains))) if len(gains) > 1 else float("inf")
+    gain = {"mean": float(gains.mean()) if len(gains) else None, "standard_error": error_, "seeds": seeds}
+    return {"chosen": leader if len(gains) and gains.mean() > error_ else held, "leader": leader, "held": held,
+            "gain_over_held": gain}
+
+
 def markdown(family_name: str, report: dict) -> str:
     family = FAMILIES[family_name]
     headers = ["recipe", "what it sets"]
     for dataset, (_, metric) in family.datasets.items():
         headers += [f"{dataset} val {metric}", f"{dataset} test {metric}"]
-    headers += ["seeds", "seconds per run", "score (val)"]
+    headers += ["seeds", "seconds per run", "score per seed", "score (val)"]
     body = []
     ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
     for name, row in ranked:
-        cells = [f"**{name}** (best score)" if name == report.get("chosen") else name,
+        marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader")) if report.get(who) == name]
+        cells = [f"**{name}** ({', '.join(marks)})" if marks else name,
                  family.recipes[name]["description"] if name in family.recipes else ""]
         for dataset, (_, metric) in family.datasets.items():
             d = row["datasets"].get(dataset)
@@ -226,17 +278,27 @@ def markdown(family_name: str, report: dict) -> str:
             cells += [f"{value(d['val_error']):.3f}", f"{value(d['test_error']):.3f}"] if d else ["", ""]
         cells.append(" ".join(str(seed) for seed in sorted({s for d in row["datasets"].values() for s in d["seeds"]})))
         cells.append(f"{np.mean([d['seconds'] for d in row['datasets'].values()]):.0f}")
+        cells.append(" ".join(f"{v:+.3f}" for _, v in sorted(report["seed_scores"].get(name, {}).items())))
         cells.append(f"{row['score']:+.3f}" if row["score"] is not None else "")
         body.append(cells)
+    verdict = []
+    if report.get("gain_over_held"):
+        gain = report["gain_over_held"]
+        shown = f"{gain['mean']:+.3f} ± {gain['standard_error']:.3f}" if gain["mean"] is not None else "not comparable"
+        verdict = [f"The leader `{report['leader']}` gains {shown} (mean ± standard error over seeds "
+                   f"{' '.join(map(str, gain['seeds']))}) over `{report['held']}`, the recipe params.yaml holds: "
+                   f"the rule's choice is `{report['chosen']}`.", ""]
     seeds = sorted({r["seed"] for r in report["runs"]})
     return "\n".join([
         f"# {family_name.capitalize()} recipe search", "",
         f"`bench/recipe_search.py {family_name}`, seeds {seeds}: each recipe's ensemble as the pipeline trains it, "
         "on every developer dataset. score: the mean over datasets of the relative validation error reduction against "
-        "`baseline` over the same seeds (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first); the "
-        "highest is the rule's choice. "
+        "`baseline` over the same seeds (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first). "
+        "The leader is the highest score among the recipes run on the most seeds (a seed moves every score alike); "
+        "it replaces the recipe params.yaml holds only when its gain over it, paired by seed, exceeds the gain's "
+        "standard error. "
         "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
-        tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
+        *verdict, tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
 
 
 def main() -> None:
@@ -263,11 +325,13 @@ def main() -> None:
     jobs = [(d, n, s) for s in args.seeds for n in args.recipes or family.recipes for d in args.datasets or family.datasets
             if (d, n, s) not in done]
 
+    held = incumbent(args.family, load_params(args.params))
+
     def save() -> None:
         report["recipes"] = {n: family.recipes[n] for n in sorted({r["recipe"] for r in report["runs"]})}
         report["summary"] = summarise(family, report["runs"])
-        scored = {n: row["score"] for n, row in report["summary"].items() if row["score"] is not None}
-        report["chosen"] = max(scored, key=scored.get) if scored else None
+        report["seed_scores"] = seed_scores(family, report["runs"])
+        report.update(choose(report["summary"], report["seed_scores"], held))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1) + "\n")
         out.with_suffix(".md").write_text(markdown(args.family, report))

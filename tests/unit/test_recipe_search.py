@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.recipe_search import FAMILIES, SENSOR, summarise
+from bench.recipe_search import FAMILIES, SENSOR, choose, incumbent, seed_scores, summarise
 from flows.params import load_params, with_overrides
 
 
@@ -36,6 +36,45 @@ def test_a_recipe_meets_the_baseline_on_the_seeds_it_ran():
     summary = summarise(SENSOR, runs + _runs("robust", lucky, seed=1))
     assert summary["robust"]["score"] == pytest.approx(0.0)  # both seeds, each level
     assert summarise(SENSOR, _runs("baseline", BASE) + _runs("robust", BASE, seed=1))["robust"]["score"] is None
+
+
+def test_the_leader_is_among_the_recipes_run_on_the_most_seeds():
+    easy = {k: v + 0.05 for k, v in BASE.items()}  # seed 0 is easy for everyone
+    runs = (_runs("baseline", easy) + _runs("baseline", BASE, seed=1) + _runs("robust", easy)
+            + _runs("focal_long", {k: v + 0.02 for k, v in easy.items()})
+            + _runs("robust", {k: v + 0.01 for k, v in BASE.items()}, seed=1))
+    summary = summarise(SENSOR, runs)
+    assert summary["focal_long"]["score"] > summary["robust"]["score"] > 0  # one lucky seed scores higher
+    per_seed = seed_scores(SENSOR, runs)
+    assert per_seed["focal_long"] == {0: pytest.approx(summary["focal_long"]["score"])}
+    assert choose(summary, per_seed, None)["chosen"] == "robust"  # but only the two-seed recipes compete
+    assert choose(summarise(SENSOR, _runs("robust", BASE)), {}, None)["chosen"] is None
+
+
+def test_the_held_recipe_stays_unless_the_leader_gains_more_than_its_standard_error():
+    def runs(robust_gains: list[float]) -> list[dict]:
+        out = []
+        for seed, gain in enumerate(robust_gains):
+            out += _runs("baseline", BASE, seed) + _runs("bce_long", BASE, seed)
+            out += _runs("robust", {k: v + gain for k, v in BASE.items()}, seed)
+        return out
+
+    steady, noisy = runs([0.01, 0.012, 0.011]), runs([0.05, -0.03, 0.0])
+    for case, expected in ((steady, "robust"), (noisy, "bce_long")):
+        summary = summarise(SENSOR, case)
+        verdict = choose(summary, seed_scores(SENSOR, case), "bce_long")
+        assert verdict["leader"] == "robust" and verdict["chosen"] == expected
+        assert verdict["gain_over_held"]["seeds"] == [0, 1, 2]
+
+
+def test_the_held_recipe_is_the_one_params_yaml_holds():
+    params = load_params()
+    for family in FAMILIES:
+        held = incumbent(family, params)
+        assert held is not None
+        overrides = FAMILIES[family].recipes[held]["overrides"]
+        changed = with_overrides(params, {f"{family}.finetune.epochs": overrides["finetune.epochs"] + 1})
+        assert incumbent(family, changed) is None
 
 
 def test_no_score_until_every_dataset_ran():
