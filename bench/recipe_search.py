@@ -6,8 +6,8 @@ schedule, capacity), laid over params.yaml's section of that family. Every recip
 a user gets it (pretraining where params.yaml pretrains, then `ensemble_size` members) on every developer dataset
 and is scored on validation: the score is the mean over datasets of the relative validation error reduction
 against the family's `baseline` recipe (error: RMSE; 1 - ROC-AUC; 1 - PR-AUC), so each dataset weighs the same
-(SKAB's three shuffled splits are one dataset: their reductions are averaged first). The recipe with the highest
-score is the one params.yaml should hold. Test metrics are recorded beside, never used to choose. Jobs run in
+(SKAB's three shuffled splits are one dataset: their reductions are averaged first). params.yaml should hold the
+cheapest recipe within one standard error of the highest score (`choose`). Test metrics are recorded beside, never used to choose. Jobs run in
 parallel processes (one torch thread each); a run already in the results file is kept, so a stopped search resumes.
 
     .venv/bin/python bench/recipe_search.py molecule                   # every recipe, seed 0, 2 processes
@@ -239,25 +239,34 @@ def incumbent(family_name: str, params) -> str | None:
     return held[0] if held else None
 
 
-def choose(summary: dict, per_seed: dict[str, dict[int, float]], held: str | None) -> dict:
-    """The rule's choice: the leader is the highest score among the recipes scored on the most seeds (a seed moves
-    every recipe's score alike, so a score over fewer seeds is not compared with them). The leader replaces the
-    recipe params.yaml holds (`held`) only when its gain over it, paired by seed, is larger than that gain's
-    standard error; otherwise `held` stays (a change of defaults reruns every headline). Returns the choice, the
-    leader and the paired gain (mean, standard error, seeds) where there is one."""
+def seconds(row: dict) -> float:
+    """A recipe's mean seconds per run over the datasets."""
+    return float(np.mean([d["seconds"] for d in row["datasets"].values()]))
+
+
+def choose(summary: dict, per_seed: dict[str, dict[int, float]]) -> dict:
+    """The rule's choice, by the one-standard-error rule (Breiman et al. 1984) with cost as the simplicity: among the
+    recipes scored on the most seeds (a seed moves every recipe's score alike, so a score over fewer seeds is not
+    compared with them), the leader has the highest score; a recipe is within one standard error of it when its
+    deficit, the leader's score minus its own paired by seed, is no larger than that deficit's standard error; the
+    cheapest of those (mean seconds per run) is chosen. Returns the choice, the leader, those within and each one's
+    deficit (mean, standard error)."""
     scored = {name: row for name, row in summary.items() if row["score"] is not None}
     if not scored:
-        return {"chosen": None, "leader": None}
+        return {"chosen": None, "leader": None, "within_one_se": [], "behind_leader": {}}
     most = max(len(_seeds(row)) for row in scored.values())
-    leader = max((name for name, row in scored.items() if len(_seeds(row)) == most), key=lambda n: scored[n]["score"])
-    if held is None or held == leader or held not in per_seed:
-        return {"chosen": leader, "leader": leader}
-    seeds = sorted(set(per_seed[leader]) & set(per_seed[held]))
-    gains = np.array([per_seed[leader][seed] - per_seed[held][seed] for seed in seeds])
-    error_ = float(gains.std(ddof=1) / np.sqrt(len(gains))) if len(gains) > 1 else float("inf")
-    gain = {"mean": float(gains.mean()) if len(gains) else None, "standard_error": error_, "seeds": seeds}
-    return {"chosen": leader if len(gains) and gains.mean() > error_ else held, "leader": leader, "held": held,
-            "gain_over_held": gain}
+    pool = [name for name, row in scored.items() if len(_seeds(row)) == most]
+    leader = max(pool, key=lambda n: scored[n]["score"])
+    behind = {}
+    for name in pool:
+        if name != leader:
+            seeds = sorted(set(per_seed[leader]) & set(per_seed[name]))
+            deficit = np.array([per_seed[leader][seed] - per_seed[name][seed] for seed in seeds])
+            error_ = float(deficit.std(ddof=1) / np.sqrt(len(deficit))) if len(deficit) > 1 else float("inf")
+            behind[name] = {"mean": float(deficit.mean()), "standard_error": error_}
+    within = [leader] + [n for n, b in behind.items() if b["mean"] <= b["standard_error"]]
+    return {"chosen": min(within, key=lambda n: seconds(scored[n])), "leader": leader, "within_one_se": sorted(within),
+            "behind_leader": behind}
 
 
 def markdown(family_name: str, report: dict) -> str:
@@ -265,11 +274,12 @@ def markdown(family_name: str, report: dict) -> str:
     headers = ["recipe", "what it sets"]
     for dataset, (_, metric) in family.datasets.items():
         headers += [f"{dataset} val {metric}", f"{dataset} test {metric}"]
-    headers += ["seeds", "seconds per run", "score per seed", "score (val)"]
+    headers += ["seeds", "seconds per run", "score per seed", "score (val)", "behind the leader"]
     body = []
     ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
     for name, row in ranked:
-        marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader")) if report.get(who) == name]
+        marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader"), ("params.yaml", "held"))
+                 if report.get(who) == name]
         cells = [f"**{name}** ({', '.join(marks)})" if marks else name,
                  family.recipes[name]["description"] if name in family.recipes else ""]
         for dataset, (_, metric) in family.datasets.items():
@@ -280,14 +290,12 @@ def markdown(family_name: str, report: dict) -> str:
         cells.append(f"{np.mean([d['seconds'] for d in row['datasets'].values()]):.0f}")
         cells.append(" ".join(f"{v:+.3f}" for _, v in sorted(report["seed_scores"].get(name, {}).items())))
         cells.append(f"{row['score']:+.3f}" if row["score"] is not None else "")
+        deficit = report.get("behind_leader", {}).get(name)
+        cells.append(f"{deficit['mean']:.3f} ± {deficit['standard_error']:.3f}" if deficit else "")
         body.append(cells)
-    verdict = []
-    if report.get("gain_over_held"):
-        gain = report["gain_over_held"]
-        shown = f"{gain['mean']:+.3f} ± {gain['standard_error']:.3f}" if gain["mean"] is not None else "not comparable"
-        verdict = [f"The leader `{report['leader']}` gains {shown} (mean ± standard error over seeds "
-                   f"{' '.join(map(str, gain['seeds']))}) over `{report['held']}`, the recipe params.yaml holds: "
-                   f"the rule's choice is `{report['chosen']}`.", ""]
+    verdict = [f"The leader is `{report['leader']}`; within one standard error of it: "
+               f"{', '.join(f'`{n}`' for n in report['within_one_se'])}; the cheapest of them, `{report['chosen']}`, "
+               f"is the rule's choice. params.yaml holds `{report.get('held')}`.", ""] if report.get("leader") else []
     seeds = sorted({r["seed"] for r in report["runs"]})
     return "\n".join([
         f"# {family_name.capitalize()} recipe search", "",
@@ -295,8 +303,8 @@ def markdown(family_name: str, report: dict) -> str:
         "on every developer dataset. score: the mean over datasets of the relative validation error reduction against "
         "`baseline` over the same seeds (error: RMSE, 1 - ROC-AUC, 1 - PR-AUC; SKAB's splits averaged first). "
         "The leader is the highest score among the recipes run on the most seeds (a seed moves every score alike); "
-        "it replaces the recipe params.yaml holds only when its gain over it, paired by seed, exceeds the gain's "
-        "standard error. "
+        "the rule's choice is the cheapest recipe within one standard error of it (its deficit to the leader, paired "
+        "by seed, no larger than that deficit's standard error). "
         "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
         *verdict, tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
 
@@ -331,7 +339,7 @@ def main() -> None:
         report["recipes"] = {n: family.recipes[n] for n in sorted({r["recipe"] for r in report["runs"]})}
         report["summary"] = summarise(family, report["runs"])
         report["seed_scores"] = seed_scores(family, report["runs"])
-        report.update(choose(report["summary"], report["seed_scores"], held))
+        report.update(choose(report["summary"], report["seed_scores"]), held=held)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1) + "\n")
         out.with_suffix(".md").write_text(markdown(args.family, report))
