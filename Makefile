@@ -42,8 +42,9 @@ constraints:
 run: install
 	$(BIN)/python -m flows.pipeline run
 
-# test files spread over one process per core (at most 4; a file's tests share their module fixtures in one process)
-PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile
+# test files spread over one process per core (at most 4; a file's tests share their module fixtures in one process),
+# handed out in collection order: the longest first (tests/conftest.py)
+PYTEST_PARALLEL := -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)

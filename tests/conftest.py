@@ -22,6 +22,18 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
 
 
+# The longest test files (about 4, 3 and 1 minutes on 2 cores), first: `make test` hands out whole files to its
+# workers in collection order (`--dist loadfile --no-loadscope-reorder`), so a long file started last would keep one
+# worker busy after the others ran out of work.
+LONGEST_FIRST = ("tests/integration/test_pipeline.py", "tests/integration/test_orchestration.py",
+                 "tests/integration/test_scale_out.py", "tests/integration/test_lean_install.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """Path of ../shared/data (or $SHARED_DATA_DIR)."""
