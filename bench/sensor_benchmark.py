@@ -343,10 +343,12 @@ def ms_per_window(member, features: np.ndarray, device, rounds: int = 3) -> floa
 
 
 def commit() -> str:
-    """The code measured: HEAD's short id, `+dirty` when tracked files have changes."""
+    """The code measured: HEAD's short id, `+dirty` when tracked files other than bench/results/ have changes (a
+    benchmark beside this one writes its results there)."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)bench/results")
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if changed else "")
 
 
 def merge(key: str, result: dict) -> None:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -140,16 +139,8 @@ def molecule_condition(params, dataset: str, seed: int, passes: int) -> dict:
             "passes": passes, "test_molecules": len(y["test"]), "train_seconds": round(trained, 1), "methods": methods}
 
 
-def commit() -> str:
-    """The code measured: HEAD's short id, `+dirty` when the tree has changes."""
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=PROJECT, capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=PROJECT, capture_output=True,
-                           text=True).stdout.strip()
-    return head + ("+dirty" if dirty else "")
-
-
 def merge(key: str, result: dict) -> None:
-    result = {**result, "commit": commit()}
+    result = {**result, "commit": sensor_benchmark.commit()}
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results.setdefault("script", "bench/uncertainty.py")
     results.setdefault("runs", {})[key] = result
