@@ -364,7 +364,7 @@ def merge(key: str, result: dict) -> None:
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
-COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours"),
+COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours, full recipe"),
            ("ours_defaults", "ours, params.yaml defaults"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
