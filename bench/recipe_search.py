@@ -7,8 +7,9 @@ a user gets it (pretraining where params.yaml pretrains, then `ensemble_size` me
 and is scored on validation: the score is the mean over datasets of the relative validation error reduction
 against the family's `baseline` recipe (error: RMSE; 1 - ROC-AUC; 1 - PR-AUC), so each dataset weighs the same
 (SKAB's three shuffled splits are one dataset: their reductions are averaged first). params.yaml should hold the
-cheapest recipe within one standard error of the highest score (`choose`). Test metrics are recorded beside, never used to choose. Jobs run in
-parallel processes (one torch thread each); a run already in the results file is kept, so a stopped search resumes.
+cheapest recipe within one standard error of the highest score (`choose`). Test metrics are recorded beside, never
+used to choose. Jobs run in parallel processes (one torch thread each); a run already in the results file is kept,
+so a stopped search resumes.
 
     .venv/bin/python bench/recipe_search.py molecule                   # every recipe, seed 0, 2 processes
     .venv/bin/python bench/recipe_search.py sensor --recipes baseline robust --jobs 1
@@ -225,17 +226,9 @@ def seed_scores(family: Family, runs: list[dict]) -> dict[str, dict[int, float]]
 
 
 def incumbent(family_name: str, params) -> str | None:
-    """The recipe params.yaml holds now: every key it sets has that value in the family's section."""
-    section = getattr(params, family_name)
-
-    def value(key: str):
-        node = section
-        for part in key.split("."):
-            node = getattr(node, part)
-        return node
-
+    """The recipe `params` holds: laying it over them changes nothing (tests check params.yaml holds the choice)."""
     held = [name for name, recipe in FAMILIES[family_name].recipes.items()
-            if all(value(key) == setting for key, setting in recipe["overrides"].items())]
+            if with_overrides(params, {f"{family_name}.{k}": v for k, v in recipe["overrides"].items()}) == params]
     return held[0] if held else None
 
 
@@ -278,8 +271,7 @@ def markdown(family_name: str, report: dict) -> str:
     body = []
     ranked = sorted(report["summary"].items(), key=lambda kv: -(kv[1]["score"] if kv[1]["score"] is not None else -9))
     for name, row in ranked:
-        marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader"), ("params.yaml", "held"))
-                 if report.get(who) == name]
+        marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader")) if report.get(who) == name]
         cells = [f"**{name}** ({', '.join(marks)})" if marks else name,
                  family.recipes[name]["description"] if name in family.recipes else ""]
         for dataset, (_, metric) in family.datasets.items():
@@ -287,7 +279,7 @@ def markdown(family_name: str, report: dict) -> str:
             value = (lambda e: e) if metric == "rmse" else (lambda e: 1.0 - e)
             cells += [f"{value(d['val_error']):.3f}", f"{value(d['test_error']):.3f}"] if d else ["", ""]
         cells.append(" ".join(str(seed) for seed in sorted({s for d in row["datasets"].values() for s in d["seeds"]})))
-        cells.append(f"{np.mean([d['seconds'] for d in row['datasets'].values()]):.0f}")
+        cells.append(f"{seconds(row):.0f}")
         cells.append(" ".join(f"{v:+.3f}" for _, v in sorted(report["seed_scores"].get(name, {}).items())))
         cells.append(f"{row['score']:+.3f}" if row["score"] is not None else "")
         deficit = report.get("behind_leader", {}).get(name)
@@ -295,7 +287,7 @@ def markdown(family_name: str, report: dict) -> str:
         body.append(cells)
     verdict = [f"The leader is `{report['leader']}`; within one standard error of it: "
                f"{', '.join(f'`{n}`' for n in report['within_one_se'])}; the cheapest of them, `{report['chosen']}`, "
-               f"is the rule's choice. params.yaml holds `{report.get('held')}`.", ""] if report.get("leader") else []
+               "is the rule's choice.", ""] if report.get("leader") else []
     seeds = sorted({r["seed"] for r in report["runs"]})
     return "\n".join([
         f"# {family_name.capitalize()} recipe search", "",
@@ -333,13 +325,11 @@ def main() -> None:
     jobs = [(d, n, s) for s in args.seeds for n in args.recipes or family.recipes for d in args.datasets or family.datasets
             if (d, n, s) not in done]
 
-    held = incumbent(args.family, load_params(args.params))
-
     def save() -> None:
         report["recipes"] = {n: family.recipes[n] for n in sorted({r["recipe"] for r in report["runs"]})}
         report["summary"] = summarise(family, report["runs"])
         report["seed_scores"] = seed_scores(family, report["runs"])
-        report.update(choose(report["summary"], report["seed_scores"]), held=held)
+        report.update(choose(report["summary"], report["seed_scores"]))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=1) + "\n")
         out.with_suffix(".md").write_text(markdown(args.family, report))

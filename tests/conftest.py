@@ -22,7 +22,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
 
 
-# The longest test files (about 4, 3 and 1 minutes on 2 cores), first: `make test` hands out whole files to its
+# The longest test files (about 4, 3, 1 and 1 minutes on 2 cores), first: `make test` hands out whole files to its
 # workers in collection order (`--dist loadfile --no-loadscope-reorder`), so a long file started last would keep one
 # worker busy after the others ran out of work.
 LONGEST_FIRST = ("tests/integration/test_pipeline.py", "tests/integration/test_orchestration.py",
