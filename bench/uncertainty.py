@@ -10,10 +10,10 @@ The same trained members serve all three methods, so only the uncertainty differ
 - `ensemble`: the finetune.ensemble_size members with dropout off; the spread over members.
 - `mc_dropout`: the first member alone, --passes stochastic passes with dropout on (models/mc_dropout.py).
 - `ensemble_mc_dropout`: every member, --passes passes each.
-- `fixed_masks`, `ensemble_fixed_masks` (molecules): the same with each pass's dropout masks drawn once per
-  feature (models/molecule/training.py: fixed_mask_members, what `molecule.calibrate.mask_passes` serves), so that
-  a molecule's answer repeats and does not depend on its batch, as a served graph needs. (The sensor encoder's
-  convolutions drop along another axis: not offered.)
+- `fixed_masks`, `ensemble_fixed_masks`: the same with each pass's dropout masks drawn once per feature
+  (models/<family>/training.py: fixed_mask_members, what `<family>.calibrate.mask_passes` serves; the sensor
+  convolutions' masks drop channels, the attention weights' dropout stays off), so that an item's answer repeats and
+  does not depend on its batch, as a served graph needs.
 Each is calibrated on validation as the pipeline calibrates its family: temperature scaling of the samples'
 logits (probabilities), the scaled-variance interval (values). Measured on test (models/uncertainty_quality.py):
 the family's metrics, Spearman correlation of the uncertainty with the loss, AURC and its gain over a random
@@ -45,17 +45,17 @@ from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
 from flows.params import load_params  # noqa: E402
 from models.calibration import choose_threshold, fit_interval_scale, fit_temperature  # noqa: E402
-from models.mc_dropout import mc_dropout_passes  # noqa: E402
+from models.mc_dropout import mc_dropout_passes, pass_outputs  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
-from models.molecule.training import fixed_mask_members, predict_passes, predict_raw  # noqa: E402
+from models.molecule.training import fixed_mask_members, predict_raw  # noqa: E402
 from models.sensor.training import finetune_member as sensor_member, predict_logits, pretrain_encoder  # noqa: E402
+from models.sensor.training import fixed_mask_members as sensor_fixed_mask_members  # noqa: E402
 from models.uncertainty_quality import classification_uncertainty_quality, regression_uncertainty_quality  # noqa: E402
 
 RESULTS = PROJECT / "bench" / "results" / "uncertainty.json"
 TABLE = RESULTS.with_suffix(".md")
 CPU = torch.device("cpu")
-METHODS = ("ensemble", "mc_dropout", "ensemble_mc_dropout")
-MOLECULE_METHODS = (*METHODS, "fixed_masks", "ensemble_fixed_masks")
+METHODS = ("ensemble", "mc_dropout", "ensemble_mc_dropout", "fixed_masks", "ensemble_fixed_masks")
 SPLITS = ("val", "test")
 
 
@@ -69,11 +69,10 @@ def samples(predict, members: list, passes: int, seed: int) -> dict[str, dict[st
             "ensemble_mc_dropout": {s: sampled[s].reshape(-1, sampled[s].shape[-1]).T for s in SPLITS}}
 
 
-def fixed_mask_samples(members: list, data: dict, passes: int, seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """The fixed-mask methods: method -> split -> raw outputs (n, samples), the pipeline's masks (the same for
-    both splits) with `seed` as `mask_seed`."""
-    masked = fixed_mask_members(members, passes, seed, data["val"])
-    out = {s: predict_passes(masked, data[s], CPU, passes) for s in SPLITS}  # member by member
+def fixed_mask_samples(masked: list, predict, passes: int) -> dict[str, dict[str, np.ndarray]]:
+    """The fixed-mask methods: method -> split -> raw outputs (n, samples). `masked`: the members with the pipeline's
+    masks (the family's fixed_mask_members, `passes` each; the same for both splits); `predict(model, split)` -> (n,)."""
+    out = {s: pass_outputs(masked, passes, lambda model: predict(model, s)) for s in SPLITS}  # member by member
     return {"fixed_masks": {s: out[s][:, :passes] for s in SPLITS}, "ensemble_fixed_masks": out}
 
 
@@ -115,6 +114,8 @@ def sensor_condition(params, dataset: str, flip: float, seed: int, passes: int) 
                              CPU)[0] for i in range(cfg.ensemble_size)]
     trained = time.time() - t
     by_method = samples(lambda m, s, dropout: predict_logits(m, x[s], CPU, dropout=dropout), members, passes, seed)
+    masked = sensor_fixed_mask_members(members, passes, seed, x["val"][:8])
+    by_method.update(fixed_mask_samples(masked, lambda model, s: predict_logits(model, x[s], CPU), passes))
     methods = {name: {**probability_scores(by_method[name], y, sensor.calibrate.target_precision),
                       "forward_passes": by_method[name]["test"].shape[1]} for name in METHODS}
     return {"family": "sensor", "task": "classification", "dataset": dataset, "flip": flip, "seed": seed,
@@ -128,9 +129,10 @@ def molecule_condition(params, dataset: str, seed: int, passes: int) -> dict:
     task, data, y, members = trained_ensemble.task, trained_ensemble.data, trained_ensemble.y, trained_ensemble.members
     mean, std, trained = trained_ensemble.mean, trained_ensemble.std, trained_ensemble.seconds
     by_method = samples(lambda m, s, dropout: predict_raw(m, data[s], CPU, dropout=dropout), members, passes, seed)
-    by_method.update(fixed_mask_samples(members, data, passes, seed))
+    masked = fixed_mask_members(members, passes, seed, data["val"])
+    by_method.update(fixed_mask_samples(masked, lambda model, s: predict_raw(model, data[s], CPU), passes))
     methods = {}
-    for name in MOLECULE_METHODS:
+    for name in METHODS:
         raw = by_method[name]
         scores = (value_scores({s: mean + std * raw[s] for s in SPLITS}, y, molecule.calibrate.interval_z)
                   if task == "regression" else probability_scores(raw, y, None))
@@ -174,7 +176,7 @@ def table(results: dict) -> str:
         extra = ["coverage 50 / 80 / 90 / 95 %"] if task == "regression" else ["ECE"]
         lines += ["| method | forward passes | " + f"{primary[1]} | Spearman | AURC | AURC gain | " + " | ".join(extra) + " |",
                   "|---|---|---|---|---|---|---|"]
-        for method in [m for m in MOLECULE_METHODS if all(m in r["methods"] for r in runs)]:
+        for method in [m for m in METHODS if all(m in r["methods"] for r in runs)]:
             got = [r["methods"][method] for r in runs]
             cells = [method, str(got[0]["forward_passes"]), _cell([g[primary[0]] for g in got]),
                      _cell([g["spearman"] for g in got]), _cell([g["aurc"] for g in got]),

@@ -37,3 +37,14 @@ class FinetuneConfig(StrictModel):
                                   "lr; chemprop's Noam-like schedule: exponential to 0.1)")
     max_grad_norm: float | None = Field(None, gt=0, description="clip the gradients' global L2 norm to this (null: off)")
     seed: int = 0
+
+
+class FixedMasksConfig(StrictModel):
+    """MC-dropout with fixed masks in the calibrated, exported ensemble (a calibrate section of either family)."""
+
+    mask_passes: int = Field(
+        0, ge=0, le=64,
+        description="MC-dropout with fixed masks (models/mc_dropout.py): passes per member whose outputs join the "
+        "ensemble's spread, calibrated and exported with it; each is a forward pass at prediction. 0: members alone",
+    )
+    mask_seed: int = Field(0, ge=0, description="seed of the fixed masks (member i: mask_seed * 1000 + i)")

@@ -19,7 +19,7 @@ def _mean_and_std(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return mean, ((values - mean.unsqueeze(-1)) ** 2).mean(dim=-1).sqrt()
 
 
-def _samples(members: nn.ModuleList, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def member_samples(members: nn.ModuleList, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
     """(B, S): every member's outputs side by side, a member answering (B,) or (B, passes) (models/mc_dropout.py:
     FixedMaskPasses)."""
     outputs = [member(*inputs) for member in members]
@@ -35,7 +35,7 @@ class CalibratedClassifierEnsemble(nn.Module):
         self.register_buffer("temperature", torch.tensor(float(temperature)))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return _mean_and_std(torch.sigmoid(_samples(self.members, inputs) / self.temperature))
+        return _mean_and_std(torch.sigmoid(member_samples(self.members, inputs) / self.temperature))
 
 
 class CalibratedRegressorEnsemble(nn.Module):
@@ -49,7 +49,7 @@ class CalibratedRegressorEnsemble(nn.Module):
         self.register_buffer("scale", torch.tensor(float(scale)))
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, std = _mean_and_std(_samples(self.members, inputs))
+        mean, std = _mean_and_std(member_samples(self.members, inputs))
         return self.target_mean + self.target_std * mean, self.target_std * self.scale * std
 
 

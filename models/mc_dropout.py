@@ -35,34 +35,44 @@ def mc_dropout_passes(predict: Callable[[], np.ndarray], passes: int, seed: int)
 
 
 class FixedMaskDropout(nn.Module):
-    """Dropout with its masks drawn once: `masks` (passes, features) of 0 and 1 / (1 - p). (..., features) ->
-    the input times masks[index] (every item and position alike), in train and eval mode."""
+    """Dropout with its masks drawn once: `masks` (passes, features) of 0 and 1 / (1 - p), features on `axis` of the
+    input (-1: (..., features); 1: (B, features, T)) -> the input times masks[index] (every item and position alike),
+    in train and eval mode."""
 
-    def __init__(self, masks: torch.Tensor):
+    def __init__(self, masks: torch.Tensor, axis: int = -1):
         super().__init__()
         self.register_buffer("masks", masks)
-        self.index = 0
+        self.axis, self.index = axis, 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.masks[self.index]
+        shape = [1] * x.dim()
+        shape[self.axis] = self.masks.shape[-1]
+        return x * self.masks[self.index].reshape(shape)
+
+
+FEATURE_AXIS = "feature_axis"
+"""A Dropout module's attribute naming the axis of its input that holds features (default -1, the last); None: no
+fixed mask, the module stays off (e.g. dropout on attention weights, whose axes are time steps of any length)."""
 
 
 def fix_dropout_masks(model: nn.Module, passes: int, seed: int, probe: Callable[[nn.Module], object]) -> nn.Module:
     """A copy of `model` in eval mode whose Dropout modules are FixedMaskDropout with `passes` masks over their
-    input's last (feature) axis, drawn by `seed` and the module's place. `probe(copy)` runs a forward pass that
-    shows each Dropout's feature size; a Dropout it does not reach stays (off in eval mode)."""
+    input's feature axis (the module's FEATURE_AXIS, default the last), drawn by `seed` and the module's place.
+    `probe(copy)` runs a forward pass that shows each Dropout's feature size; a Dropout it does not reach, or whose
+    FEATURE_AXIS is None, stays (off in eval mode)."""
     if passes < 1:
         raise ValueError(f"fixed masks need at least one pass (got {passes})")
     masked = copy.deepcopy(model).eval()
     dropouts = [(name, m) for name, m in masked.named_modules() if isinstance(m, nn.modules.dropout._DropoutNd)]
     sizes: dict[str, int] = {}
 
-    def record(name: str):
+    def record(name: str, axis: int):
         def hook(_, args) -> None:
-            sizes.setdefault(name, args[0].shape[-1])
+            sizes.setdefault(name, args[0].shape[axis])
         return hook
 
-    hooks = [m.register_forward_pre_hook(record(name)) for name, m in dropouts]
+    hooks = [m.register_forward_pre_hook(record(name, getattr(m, FEATURE_AXIS, -1))) for name, m in dropouts
+             if getattr(m, FEATURE_AXIS, -1) is not None]
     with torch.no_grad():
         probe(masked)
     for hook in hooks:
@@ -72,8 +82,21 @@ def fix_dropout_masks(model: nn.Module, passes: int, seed: int, probe: Callable[
             generator = torch.Generator().manual_seed(seed * 10_007 + index)
             keep = torch.rand(passes, sizes[name], generator=generator) >= module.p
             parent, _, child = name.rpartition(".")
-            setattr(masked.get_submodule(parent), child, FixedMaskDropout(keep.float() / (1 - module.p)))
+            setattr(masked.get_submodule(parent), child,
+                    FixedMaskDropout(keep.float() / (1 - module.p), getattr(module, FEATURE_AXIS, -1)))
     return masked
+
+
+def fixed_mask_members(members: list[nn.Module], passes: int, seed: int,
+                       probe: Callable[[nn.Module], object]) -> list[nn.Module]:
+    """Each member with `passes` fixed masks (fix_dropout_masks), member i's drawn with seed * 1000 + i."""
+    return [fix_dropout_masks(m, passes, seed * 1000 + i, probe) for i, m in enumerate(members)]
+
+
+def pass_outputs(masked: list[nn.Module], passes: int, predict: Callable[[nn.Module], np.ndarray]) -> np.ndarray:
+    """(n, members * passes): `predict(model)` (n,) of every fixed_mask_members member on each of its passes, member
+    by member (the order of an exported ensemble of FixedMaskPasses)."""
+    return np.stack([predict(set_pass(m, p)) for m in masked for p in range(passes)], axis=1)
 
 
 def set_pass(model: nn.Module, index: int) -> nn.Module:

@@ -1,5 +1,6 @@
 """Stage `sensor_calibrate`: temperature scaling or isotonic regression (the better by cross-fitted
-validation NLL) and the alert threshold, all fitted on validation."""
+validation NLL) and the alert threshold, all fitted on validation; with `mask_passes`, on every member's fixed-mask
+MC-dropout passes."""
 
 from __future__ import annotations
 
@@ -24,14 +25,13 @@ from models.calibration import (
 )
 from models.device import pick_device
 from models.metrics import expected_calibration_error
-from models.sensor.training import predict_logits
+from models.sensor.training import ensemble_logits
 
 
 @compute_task(name="member-logits")
-def member_logits(members, features: np.ndarray) -> np.ndarray:
-    """(n, 2C, T) -> (n, members)."""
-    device = pick_device()
-    return np.stack([predict_logits(m, features, device) for m in members], axis=1)
+def member_logits(members, features: np.ndarray, mask_passes: int = 0, mask_seed: int = 0) -> np.ndarray:
+    """(n, 2C, T) -> (n, members), or (n, members * mask_passes) with fixed-mask passes (the exported graph's)."""
+    return ensemble_logits(members, features, pick_device(), mask_passes, mask_seed)
 
 
 @flow(name="sensor-calibrate")
@@ -41,7 +41,7 @@ def sensor_calibrate(params_file: str = "params.yaml") -> dict:
     cfg = params.sensor.calibrate
     members, featurizer, _ = load_ensemble(SENSOR.finetuned)
     val = load_windows().windows["val"]
-    logits = member_logits(members, featurizer.transform(val.X))
+    logits = member_logits(members, featurizer.transform(val.X), cfg.mask_passes, cfg.mask_seed)
     calibration, cv_nll = select_calibration(logits, val.y, val.unit, cfg.methods)
     before, after = ensemble_probability(logits), calibrated_probability(logits, calibration)
     threshold = choose_threshold(val.y, after, cfg.target_precision)
@@ -54,6 +54,7 @@ def sensor_calibrate(params_file: str = "params.yaml") -> dict:
         "val_nll_after": binary_nll(val.y, after),
         "val_ece_before": expected_calibration_error(val.y, before),
         "val_ece_after": expected_calibration_error(val.y, after),
+        "mask_passes": cfg.mask_passes, "mask_seed": cfg.mask_seed,  # the sub-networks novelty and export build again
     }
     write_json(SENSOR.calibration, result)
     with stage_run(params.tracking, "sensor", "calibrate", {"calibrate": cfg.model_dump()}, {"sensor": SENSOR.prepared}):

@@ -1,7 +1,8 @@
 """Stage `sensor_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test; the training
 reference of the monitor (per-channel window-mean quantile bins and a sample, contract/reference.py).
 
-The calibration (temperature or the isotonic piecewise-linear map) is part of the ONNX graph, so
+The calibration (temperature or the isotonic piecewise-linear map) is part of the ONNX graph, with the fixed-mask
+MC-dropout passes it was fitted on (`sensor.calibrate.mask_passes`), so
 SensorPredictor, evaluation and serving all read calibrated probabilities from the same graph. With the novelty score
 (artifacts/sensor/novelty.json enabled) the graph is models/sensor/alert.py's: the pretrained scorer, the novelty
 calibration and the combination rule inside, each window's unit reference as inputs; test units are scored against
@@ -25,6 +26,7 @@ from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.export import check_parity, export_onnx
+from models.mc_dropout import FixedMaskPasses
 from models.metrics import classification_metrics
 from models.monitoring import sensor_reference
 from models.onnx_runtime import load_session, run
@@ -34,6 +36,7 @@ from models.uncertainty_quality import classification_uncertainty_quality, uncer
 from models.sensor import alert
 from models.sensor.calibrated import calibrated_ensemble
 from models.sensor.departure import first_windows, reference_from_dict
+from models.sensor.training import fixed_mask_members
 
 INPUTS = {"features": {0: "batch", 2: "time"}}
 OUTPUTS = ["probability", "uncertainty"]
@@ -80,11 +83,15 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     params = load_params(params_file)
     members, featurizer, _ = load_ensemble(SENSOR.finetuned)
     calibration = read_json(SENSOR.calibration)
-    model = calibrated_ensemble(members, calibration).eval()  # calibration (temperature or isotonic) inside the graph
     novelty = read_json(SENSOR.novelty)
     prepared = load_windows()
     val, test = prepared.windows["val"], prepared.windows["test"]
     example = {"features": featurizer.transform(val.X[:8])}
+    passes = calibration.get("mask_passes", 0)
+    if passes:  # the passes calibrate fitted on, inside the graph
+        members = [FixedMaskPasses(m, passes)
+                   for m in fixed_mask_members(members, passes, calibration["mask_seed"], example["features"])]
+    model = calibrated_ensemble(members, calibration).eval()  # calibration (temperature or isotonic) inside the graph
     if novelty["enabled"]:
         model = alert.AlertModel(model, load_scorer(SENSOR.pretrained), novelty["calibration"],
                                  novelty["combination"]).eval()
@@ -105,6 +112,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
         "calibration_method": calibration.get("method", "temperature"),
         "threshold": calibration["threshold"],
         "ensemble_size": len(members),
+        "mask_passes": passes,
         "inputs": {"features": "(batch, 2 * channels, time) float32 from WindowFeaturizer"},
         "outputs": OUTPUTS,
     }

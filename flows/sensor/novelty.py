@@ -11,34 +11,26 @@ from __future__ import annotations
 import mlflow
 import numpy as np
 from prefect import flow
-from torch import nn
 
 from flows.json_io import read_json, write_json
 from flows.params import load_params
 from flows.paths import SENSOR
 from flows.sensor.artifacts import load_ensemble, load_scorer
+from flows.sensor.calibrate import member_logits
 from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.calibration import calibrated_probability, choose_threshold
-from models.device import pick_device
 from models.metrics import classification_metrics
 from models.sensor.combination import choose_rule, combined_probability
 from models.sensor.departure import (against_own_references, first_windows, fit_reference, reference_to_dict,
                                      reference_windows)
 from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows
-from models.sensor.training import predict_logits
 
 
 @compute_task(name="score-departures")
 def score(scorer: NoveltyScorer, features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return score_windows(scorer, features)
-
-
-@compute_task(name="member-logits")
-def member_logits(members: list[nn.Module], features: np.ndarray) -> np.ndarray:
-    device = pick_device()
-    return np.stack([predict_logits(m, features, device) for m in members], axis=1)
 
 
 @flow(name="sensor-novelty")
@@ -65,7 +57,9 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
                                             first_windows(val.unit, val.time, count), fleet)
         calibrator = NoveltyCalibrator().fit(departures, val.y)
         p_novel = calibrator.predict_proba(departures)
-        p_failure = calibrated_probability(member_logits(members, val_x), read_json(SENSOR.calibration))
+        calibration = read_json(SENSOR.calibration)
+        logits = member_logits(members, val_x, calibration.get("mask_passes", 0), calibration.get("mask_seed", 0))
+        p_failure = calibrated_probability(logits, calibration)
         rule, cv_nll = choose_rule(p_failure, p_novel, val.y, val.unit, cfg.rules)
         p_combined = combined_probability(p_failure, p_novel, rule)
         thresholds = {"novelty": choose_threshold(val.y, p_novel, target_precision),

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from data.config import StrictModel
-from models.config import FinetuneConfig, PretrainConfig
+from models.config import FinetuneConfig, FixedMasksConfig, PretrainConfig
 
 
 class MoleculeModelConfig(StrictModel):
@@ -56,7 +56,7 @@ class MoleculeFinetuneConfig(FinetuneConfig):
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
 
 
-class MoleculeCalibrateConfig(StrictModel):
+class MoleculeCalibrateConfig(FixedMasksConfig):
     """Uncertainty calibration on validation."""
 
     interval_z: float = Field(1.96, gt=0, description="regression: interval = value +- z * uncertainty (1.96: 95 %)")
@@ -65,12 +65,6 @@ class MoleculeCalibrateConfig(StrictModel):
         description="scaled_variance: z-scores of unit variance; conformal: split-conformal quantile of |residual| / spread "
         "at the nominal coverage of interval_z",
     )
-    mask_passes: int = Field(
-        0, ge=0, le=64,
-        description="MC-dropout with fixed masks (models/mc_dropout.py): passes per member whose outputs join the "
-        "ensemble's spread, calibrated and exported with it; each is a forward pass at prediction. 0: members alone",
-    )
-    mask_seed: int = Field(0, ge=0, description="seed of the fixed masks (member i: mask_seed * 1000 + i)")
 
 
 class MoleculeBaselineConfig(StrictModel):

@@ -18,7 +18,8 @@ from data.molecules.featurize import (ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MO
 from data.molecules.standardize import MAX_HEAVY_ATOMS
 from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
-from models.mc_dropout import fix_dropout_masks, sample_dropout, set_pass
+from models import mc_dropout
+from models.mc_dropout import sample_dropout
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.distances import MAX_DISTANCE, distance_pairs
 from models.molecule.network import MoleculeNet, MoleculePretrainer
@@ -157,19 +158,18 @@ def predict_raw(model: MoleculeNet, molecules: Molecules, device: torch.device, 
     return out
 
 
-
 def fixed_mask_members(members: list[MoleculeNet], passes: int, seed: int, probe: Molecules) -> list[torch.nn.Module]:
     """Each member with `passes` fixed dropout masks (models/mc_dropout.py), member i's drawn with seed * 1000 + i,
     so that calibration, export and the benchmark build the same sub-networks; `probe` shows the feature sizes."""
     cpu = torch.device("cpu")
-    return [fix_dropout_masks(m, passes, seed * 1000 + i, lambda copy: predict_raw(copy, probe, cpu))
-            for i, m in enumerate(members)]
+    return mc_dropout.fixed_mask_members(members, passes, seed, lambda copy: predict_raw(copy, probe, cpu))
 
 
 def predict_passes(masked: list[torch.nn.Module], molecules: Molecules, device: torch.device,
                    passes: int) -> np.ndarray:
     """(n, members * passes) raw outputs of fixed_mask_members, member by member (the exported graph's order)."""
-    return np.stack([predict_raw(set_pass(m, p), molecules, device) for m in masked for p in range(passes)], axis=1)
+    return mc_dropout.pass_outputs(masked, passes, lambda model: predict_raw(model, molecules, device))
+
 
 def focal_loss(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:
     """Binary focal loss: BCE weighted by (1 - p_true) ** gamma (gamma 0: BCE)."""

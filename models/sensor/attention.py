@@ -10,6 +10,8 @@ import math
 import torch
 from torch import nn
 
+from models.mc_dropout import FEATURE_AXIS
+
 
 class MultiHeadSelfAttention(nn.Module):
     """(B, T, H) -> (B, T, H): `heads` heads of scaled dot-product attention over all T steps."""
@@ -22,6 +24,7 @@ class MultiHeadSelfAttention(nn.Module):
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.out = nn.Linear(hidden, hidden)
         self.drop = nn.Dropout(dropout)
+        setattr(self.drop, FEATURE_AXIS, None)  # on (B, heads, T, T) weights, T of any length: no fixed masks
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, h = x.shape

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models.export import CalibratedClassifierEnsemble
+from models.export import CalibratedClassifierEnsemble, member_samples
 
 
 class PiecewiseLinear(nn.Module):
@@ -37,7 +37,8 @@ class PiecewiseLinear(nn.Module):
 
 
 class IsotonicCalibratedEnsemble(nn.Module):
-    """Members -> (probability (B,) = g(mean_m sigmoid(logit_m)), uncertainty (B,) = std_m g(sigmoid(logit_m)))."""
+    """Members -> (probability (B,) = g(mean_s sigmoid(logit_s)), uncertainty (B,) = std_s g(sigmoid(logit_s))) over the
+    members' samples s (one per member, or its fixed-mask passes: models/mc_dropout.py FixedMaskPasses)."""
 
     def __init__(self, members: list[nn.Module], knots_x: list[float], knots_y: list[float]):
         super().__init__()
@@ -45,7 +46,7 @@ class IsotonicCalibratedEnsemble(nn.Module):
         self.calibrate = PiecewiseLinear(knots_x, knots_y)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        probabilities = torch.sigmoid(torch.stack([member(*inputs) for member in self.members], dim=-1))
+        probabilities = torch.sigmoid(member_samples(self.members, inputs))
         calibrated = self.calibrate(probabilities)
         spread = ((calibrated - calibrated.mean(dim=-1, keepdim=True)) ** 2).mean(dim=-1).sqrt()
         return self.calibrate(probabilities.mean(dim=-1)), spread

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from data.config import StrictModel
-from models.config import FinetuneConfig, PretrainConfig
+from models.config import FinetuneConfig, FixedMasksConfig, PretrainConfig
 
 LOSS_NAMES = ("bce", "focal", "gce", "sce")
 Augmentation = Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]  # augment.py
@@ -113,7 +113,7 @@ class SensorFinetuneConfig(FinetuneConfig):
     mean_teacher: MeanTeacherConfig = Field(default_factory=MeanTeacherConfig)
 
 
-class SensorCalibrateConfig(StrictModel):
+class SensorCalibrateConfig(FixedMasksConfig):
     """Calibration and the alert operating point, both fitted on validation."""
 
     target_precision: float = Field(0.8, gt=0, le=1, description="alert threshold: lowest with this validation precision")

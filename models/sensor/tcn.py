@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.mc_dropout import FEATURE_AXIS
 from models.sensor.norm import StepNorm
 
 
@@ -20,6 +21,7 @@ class CausalConvBlock(nn.Module):
         self.conv = nn.Conv1d(hidden, hidden, kernel_size, dilation=dilation)
         self.norm = StepNorm(hidden)
         self.drop = nn.Dropout(dropout)
+        setattr(self.drop, FEATURE_AXIS, 1)  # (B, H, T): fixed masks drop channels (models/mc_dropout.py)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.conv(nn.functional.pad(x, (self.pad, 0)))

@@ -21,6 +21,7 @@ from torch import nn
 
 from data.sensors.augment import augment
 from models.batching import index_batches
+from models import mc_dropout
 from models.mc_dropout import mc_dropout_passes, sample_dropout
 from models.distributed import DistributedContext
 from models.losses import make_loss, reduce_loss
@@ -91,6 +92,25 @@ def predict_logits(model: torch.nn.Module, features: np.ndarray, device: torch.d
         for idx in index_batches(len(features), batch_size, None)
     ]
     return torch.cat(out).numpy() if out else np.empty(0, np.float32)
+
+
+def fixed_mask_members(members: list[torch.nn.Module], passes: int, seed: int,
+                       probe: np.ndarray) -> list[torch.nn.Module]:
+    """Each member with `passes` fixed dropout masks over its channels and features (models/mc_dropout.py), member i's
+    drawn with seed * 1000 + i, so that calibration, novelty, export and the benchmark build the same sub-networks;
+    `probe` (k, 2C, T) features show the sizes."""
+    cpu = torch.device("cpu")
+    return mc_dropout.fixed_mask_members(members, passes, seed, lambda copy: predict_logits(copy, probe, cpu))
+
+
+def ensemble_logits(members: list[torch.nn.Module], features: np.ndarray, device: torch.device, mask_passes: int = 0,
+                    mask_seed: int = 0) -> np.ndarray:
+    """features (n, 2C, T) -> logits (n, members), or (n, members * mask_passes) with fixed-mask passes, member by
+    member (the order of the exported graph)."""
+    if mask_passes == 0:
+        return np.stack([predict_logits(m, features, device) for m in members], axis=1)
+    masked = fixed_mask_members(members, mask_passes, mask_seed, features[:8])
+    return mc_dropout.pass_outputs(masked, mask_passes, lambda model: predict_logits(model, features, device))
 
 
 def mc_dropout_spread(model: torch.nn.Module, features: np.ndarray, device: torch.device, passes: int,

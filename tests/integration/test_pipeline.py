@@ -96,10 +96,11 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc"] == pytest.approx(figures["aurc"], abs=1e-4)
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
-    assert cards["molecule"]["mask_passes"] == cards["molecule"]["calibration"]["mask_passes"] == 2
-    # the passes are in the graph as fixed masks: nothing is drawn at run time
-    ops = {node.op_type for node in onnx.load(str(root / "artifacts" / "molecule" / "export" / "model.onnx")).graph.node}
-    assert not ops & {"Dropout", "RandomUniform", "RandomUniformLike", "Bernoulli"}
+    for family in ("sensor", "molecule"):
+        assert cards[family]["mask_passes"] == cards[family]["calibration"]["mask_passes"] == 2
+        # the passes are in the graph as fixed masks: nothing is drawn at run time
+        ops = {node.op_type for node in onnx.load(str(root / "artifacts" / family / "export" / "model.onnx")).graph.node}
+        assert not ops & {"Dropout", "RandomUniform", "RandomUniformLike", "Bernoulli"}
     # the novelty score's test figures are those of the predictions written beside them
     novelty = cards["sensor"]["novelty"]
     for part in ("novelty", "combined"):

@@ -23,6 +23,7 @@ TINY = {
         "model": {"hidden": 8, "layers": 2},
         "pretrain": {"epochs": 1},
         "finetune": {"epochs": 2, "patience": 1, "ensemble_size": 2},
+        "calibrate": {"mask_passes": 2},  # MC-dropout with fixed masks: calibrated and exported with the members
         # tiny models lose to their baselines and tiny test splits hold few positives: the gate judges them anyway
         "registry": {"must_beat_baseline": False, "min_positives": 1},
     },

@@ -6,12 +6,14 @@ import torch
 
 from models.calibration import calibrated_probability, fit_isotonic
 from models.export import export_onnx
+from models.mc_dropout import FixedMaskPasses
 from models.onnx_runtime import load_session, run
 from models.sensor.calibrated import IsotonicCalibratedEnsemble, PiecewiseLinear, calibrated_ensemble
 from models.sensor.config import SensorModelConfig
 from models.sensor.encoder import SensorEncoder
 from models.sensor.network import ContrastiveModel, SensorClassifier
 from models.sensor.positional import SinusoidalPositionalEncoding
+from models.sensor.training import ensemble_logits, fixed_mask_members
 
 TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.0, attention_layers=1, heads=2, projection=4)
 
@@ -63,9 +65,14 @@ def test_piecewise_linear_matches_numpy_interp():
     assert np.abs(got - np.interp(p, knots_x, knots_y)).max() < 1e-6
 
 
-def test_isotonic_ensemble_onnx_matches_torch_and_the_numpy_calibration(tmp_path):
+@pytest.mark.parametrize("mask_passes", [0, 2])
+def test_isotonic_ensemble_onnx_matches_torch_and_the_numpy_calibration(tmp_path, mask_passes):
     torch.manual_seed(0)
-    members = [SensorClassifier(6, TINY).eval() for _ in range(2)]
+    plain = [SensorClassifier(6, TINY.model_copy(update={"dropout": 0.3})).eval() for _ in range(2)]
+    members = plain
+    if mask_passes:  # each member's fixed-mask passes inside the graph, as sensor_export builds them
+        members = [FixedMaskPasses(m, mask_passes)
+                   for m in fixed_mask_members(plain, mask_passes, 0, np.zeros((2, 6, 32), np.float32))]
     rng = np.random.default_rng(0)
     p = rng.random(300)
     knots_x, knots_y = fit_isotonic(p, (rng.random(300) < p**2).astype(int))
@@ -80,7 +87,8 @@ def test_isotonic_ensemble_onnx_matches_torch_and_the_numpy_calibration(tmp_path
         out = run(session, {"features": x.numpy()})
         with torch.no_grad():
             probability, uncertainty = model(x)
-            logits = torch.stack([m(x) for m in members], dim=-1).numpy()
+        logits = ensemble_logits(plain, x.numpy(), torch.device("cpu"), mask_passes, 0)  # what calibrate fits on
+        assert logits.shape == (len(x), 2 * max(1, mask_passes))
         assert np.abs(out["probability"] - probability.numpy()).max() <= 1e-4
         assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
         # evaluation (numpy, from member logits) and serving (ONNX graph) agree

@@ -130,3 +130,37 @@ def test_fixed_masks_give_each_molecule_one_answer_per_pass_whatever_its_batch_a
     assert np.array_equal(plain, predict_raw(net, every, cpu)) and not np.allclose(plain, passes[0])
     with pytest.raises(ValueError, match="at least one pass"):
         fix_dropout_masks(net, 0, 0, lambda m: None)
+
+
+def test_sensor_fixed_masks_drop_channels_for_any_window_length_and_leave_attention_weights_alone():
+    from models.mc_dropout import FixedMaskDropout
+    from models.sensor.config import SensorModelConfig
+    from models.sensor.network import SensorClassifier
+    from models.sensor.training import ensemble_logits, fixed_mask_members, predict_logits
+
+    torch.manual_seed(0)
+    cfg = SensorModelConfig(hidden=8, layers=2, attention_layers=1, heads=2, dropout=0.3, statistics_bins=0)
+    members = [SensorClassifier(6, cfg).eval() for _ in range(2)]
+    rng = np.random.default_rng(0)
+    features, longer = (rng.normal(size=(12, 6, t)).astype(np.float32) for t in (16, 40))
+    cpu = torch.device("cpu")
+
+    logits = ensemble_logits(members, features, cpu, mask_passes=3, mask_seed=5)
+    assert logits.shape == (12, 6) and logits.std(axis=1).min() > 0  # member by member, 3 sub-networks each
+    assert np.array_equal(logits, ensemble_logits(members, features, cpu, mask_passes=3, mask_seed=5))
+    assert not np.allclose(logits, ensemble_logits(members, features, cpu, mask_passes=3, mask_seed=6))
+    masked = fixed_mask_members(members, 3, 5, features[:8])
+    for window in (features, longer):  # masks over channels, not time steps: any window length, any batch
+        batch = np.stack([predict_logits(m, window, cpu) for m in masked])  # pass 0 of each member
+        alone = predict_logits(masked[1], window[4:5], cpu)
+        assert batch.shape == (2, len(window)) and alone[0] == pytest.approx(batch[1, 4], abs=1e-5)
+    tcn = [m.drop for m in masked[0].encoder.blocks]
+    assert all(isinstance(d, FixedMaskDropout) and d.axis == 1 and d.masks.shape == (3, 8) for d in tcn)
+    weights_dropout = masked[0].encoder.attention[0].attention.drop
+    assert type(weights_dropout) is nn.Dropout and not weights_dropout.training  # (B, heads, T, T): stays off
+    x = torch.ones(2, 8, 5)
+    out = tcn[0](x)  # a channel is kept or dropped at every step alike
+    assert torch.equal(out, tcn[0].masks[0].reshape(1, 8, 1).expand(2, 8, 5))
+    plain = ensemble_logits(members, features, cpu)
+    assert plain.shape == (12, 2) and np.array_equal(plain, ensemble_logits(members, features, cpu))
+    assert all(type(m.encoder.blocks[0].drop) is nn.Dropout for m in members)  # the trained members are left alone
