@@ -232,6 +232,7 @@ def main() -> None:
                         help="also chemprop with our descriptors as extra inputs (method chemprop_descriptors)")
     parser.add_argument("--no-chemprop-default", action="store_true", help="skip chemprop's plain default run")
     parser.add_argument("--params", default=str(PROJECT / "params.yaml"))
+    parser.add_argument("--threads", type=int, default=max(1, os.cpu_count() or 1), help="torch CPU threads")
     parser.add_argument("--out", default=str(PROJECT / "bench" / "results" / "molecule.json"))
     parser.add_argument("--table", action="store_true", help="print the markdown table of --out and stop")
     parser.add_argument("--merge", action="store_true",
@@ -240,7 +241,7 @@ def main() -> None:
     if args.table:
         print(markdown_table(json.loads(Path(args.out).read_text())))
         return
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    torch.set_num_threads(args.threads)
 
     params = load_params(args.params)
     chemprop = args.chemprop if args.chemprop and shutil.which(args.chemprop) else None
