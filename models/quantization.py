@@ -53,7 +53,28 @@ def quantize_sensor_model(source: str | Path, target: str | Path, calibration: n
                         calibrate_method=CalibrationMethod.MinMax, reduce_range=True)
         static = onnx.load(str(convs))
         del static.graph.value_info[:]  # stale shapes from before the Conv rewrite fail the next shape inference
+        unshare_gemm_weights(static.graph)
         onnx.save(static, str(convs))
         quantize_dynamic(str(convs), str(target), op_types_to_quantize=["MatMul"], per_channel=True,
                          weight_type=QuantType.QInt8, reduce_range=True)
     return target
+
+
+def unshare_gemm_weights(graph: onnx.GraphProto) -> None:
+    """Give every Gemm its own copy of a weight initializer it shares with another node. quantize_dynamic rewrites
+    each Gemm with transB as a MatMul by transposing its weight in place, assuming nobody else reads it: a weight
+    shared by two Gemms (one Linear run on each fixed-mask pass, models/mc_dropout.py) would be transposed twice."""
+    initializers = {tensor.name: tensor for tensor in graph.initializer}
+    readers: dict[str, int] = {}
+    for node in graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    for node in graph.node:
+        weight = node.input[1] if node.op_type == "Gemm" and len(node.input) > 1 else None
+        if weight in initializers and readers[weight] > 1:
+            readers[weight] -= 1
+            copy = onnx.TensorProto()
+            copy.CopyFrom(initializers[weight])
+            copy.name = f"{weight}.{node.name}"
+            graph.initializer.append(copy)
+            node.input[1] = copy.name

@@ -115,6 +115,32 @@ def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):
         quantize_sensor_model(source, tmp_path / "none.onnx", calibration[:0])
 
 
+def test_int8_quantisation_of_a_weight_that_two_gemms_share(tmp_path):
+    """A Linear run on each fixed-mask pass is one weight read by several Gemms: each is quantised on its own copy."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from models.quantization import quantize_sensor_model
+
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(3, 8)).astype(np.float32)
+    gemms = [helper.make_node("Gemm", [x, "weight"], [f"y{i}"], name=f"gemm{i}", transB=1)
+             for i, x in enumerate(["features", "negated"])]
+    graph = helper.make_graph(
+        [helper.make_node("Neg", ["features"], ["negated"]), *gemms, helper.make_node("Add", ["y0", "y1"], ["probability"])],
+        "shared",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("probability", TensorProto.FLOAT, ["batch", 3])],
+        [numpy_helper.from_array(weight, "weight")])
+    source = tmp_path / "float.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=10), str(source))
+    x = rng.normal(size=(16, 8)).astype(np.float32)
+    target = quantize_sensor_model(source, tmp_path / "int8.onnx", x)
+    assert [node.op_type for node in onnx.load(str(target)).graph.node].count("MatMulInteger") == 2
+    out = run(load_session(target, prefer_cuda=False)[0], {"features": x})["probability"]
+    assert np.abs(out).max() < 0.05  # x W^T + (-x) W^T: neither weight transposed twice
+
+
 def relu_model(folder: Path) -> Path:
     """A one-operator ONNX model (y = relu(x), x of shape (n,)) saved in `folder`."""
     import onnx
