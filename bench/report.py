@@ -213,6 +213,48 @@ def fault_type_section(conditions: dict[tuple[str, float], list[Row]]) -> list[s
     return lines
 
 
+RECURRENT = ("recurrent_rnn", "recurrent_gru", "recurrent_lstm")
+
+
+def recurrent_section(results: dict) -> list[str]:
+    """Per (dataset, flip) with recurrent records: our encoder (`ours_full` of the same runs) and each recurrent one,
+    test PR-AUC over seeds, encoder parameters and one member's inference time per window (mean over seeds)."""
+    runs: dict[tuple[str, float], list[dict]] = {}
+    for run in results.values():
+        if any(kind in run for kind in RECURRENT):
+            runs.setdefault((run["dataset"], run["flip"]), []).append(run)
+    if not runs:
+        return []
+    lines = ["### Recurrent encoders at our encoder's parameter count", "",
+             "The benchmark's `full` recipe and classifier (window-statistics branch, head, calibration) around our "
+             "encoder or a two-layer recurrent one whose hidden size gives the parameter count nearest ours, not "
+             "pretrained. Milliseconds per window: one member, eager PyTorch on the CPU, batches of 1024, the best "
+             "of 3 rounds, mean over seeds; `ours` timed in the same run as each recurrent member.", ""]
+    for (dataset, flip), group in sorted(runs.items()):
+        group = sorted(group, key=lambda run: run["seed"])
+        body = []
+        for kind in RECURRENT:
+            having = [run for run in group if kind in run]
+            if not having:
+                continue
+            if not body:  # ours, from the first recurrent kind's runs
+                ours = [run for run in having if "ours_full" in run]
+                body.append(["ours (CNN + TCN + transformer)", spread(Row("", "", (), {"pr_auc": [
+                    run["ours_full"]["pr_auc"] for run in ours]}), "pr_auc"), f"{having[0][kind]['ours_encoder_parameters']:,}",
+                    "", f"{np.mean([run[kind]['ours_ms_per_window'] for run in having]):.4f}", "1.0"])
+            records = [run[kind] for run in having]
+            ms = float(np.mean([r["ms_per_window"] for r in records]))
+            ours_ms = float(np.mean([r["ours_ms_per_window"] for r in records]))
+            body.append([SENSOR_METHODS[kind].removesuffix(" (as many parameters)"),
+                         spread(Row("", "", (), {"pr_auc": [r["pr_auc"] for r in records]}), "pr_auc"),
+                         f"{records[0]['encoder_parameters']:,}", str(records[0]["hidden"]), f"{ms:.4f}",
+                         f"{ms / ours_ms:.1f}"])
+        lines += [f"{dataset}, {flip_name(flip)}, seeds {', '.join(str(run['seed']) for run in group)}:", "",
+                  tabulate(body, ["encoder", "test PR-AUC", "encoder parameters", "hidden", "ms per window",
+                                  "time / ours"], tablefmt="github", disable_numparse=True), ""]
+    return lines
+
+
 def sensor_section(results: dict, images: Path) -> list[str]:
     conditions = sensor_conditions(results)
     by_fault_type = {key: rows for key, rows in conditions.items() if key[0].startswith(FAULT_TYPE)}
@@ -233,7 +275,7 @@ def sensor_section(results: dict, images: Path) -> list[str]:
         lines += [f"### {dataset}", "", f"![test PR-AUC on {dataset}](results/{image})", ""]
         for flip in flips:
             lines += [f"{dataset}, {flip_name(flip)}:", "", table(conditions[(dataset, flip)], SENSOR_METRICS), ""]
-    return lines + (fault_type_section(by_fault_type) if by_fault_type else [])
+    return lines + recurrent_section(results) + (fault_type_section(by_fault_type) if by_fault_type else [])
 
 
 def molecule_section(reports: dict[str, dict], images: Path) -> list[str]:

@@ -57,6 +57,25 @@ def test_the_sensor_headline_is_params_yaml_s_defaults_where_measured(tmp_path: 
     assert any(line.startswith("| ours, benchmark recipe (full) ") and "ablation" in line for line in lines)
 
 
+def test_recurrent_encoders_are_set_beside_ours_with_their_size_and_time(tmp_path: Path) -> None:
+    results = tmp_path / "bench"
+    results.mkdir()
+    method = {"pr_auc": 0.9, "ece": 0.05, "roc_auc": 0.95, "recall_at_p90": 0.5, "brier": 0.1}
+    runs = {f"skab/flip0.0/seed{seed}": {
+        "dataset": "skab", "flip": 0.0, "seed": seed, "ours_full": {**method, "pr_auc": 0.8 + seed / 10},
+        "recurrent_gru": {**method, "pr_auc": 0.6 + seed / 10, "hidden": 21, "encoder_parameters": 12345,
+                          "ours_encoder_parameters": 12000, "ms_per_window": 0.01 * (1 + seed),
+                          "ours_ms_per_window": 0.02}} for seed in (0, 1)}
+    (results / "sensor.json").write_text(json.dumps(runs))
+    lines = write_report(results, tmp_path / "docs").read_text().splitlines()
+    start = lines.index("### Recurrent encoders at our encoder's parameter count")
+    assert lines[start + 4] == "skab, clean labels, seeds 0, 1:"
+    ours = next(line for line in lines[start:] if line.startswith("| ours (CNN"))
+    gru = next(line for line in lines[start:] if line.startswith("| GRU encoder"))
+    assert "0.850 ± 0.050" in ours and "12,000" in ours and "0.0200" in ours
+    assert "0.650 ± 0.050" in gru and "12,345" in gru and "| 21 " in gru and "0.0150" in gru and "| 0.8 " in gru
+
+
 def test_stale_plots_are_removed(tmp_path: Path) -> None:
     results = tmp_path / "bench"
     shutil.copytree(RESULTS, results)
