@@ -229,7 +229,8 @@ def recurrent_section(results: dict) -> list[str]:
              "The benchmark's `full` recipe and classifier (window-statistics branch, head, calibration) around our "
              "encoder or a two-layer recurrent one whose hidden size gives the parameter count nearest ours, not "
              "pretrained. Milliseconds per window: one member, eager PyTorch on the CPU, batches of 1024, the best "
-             "of 3 rounds, mean over seeds; `ours` timed in the same run as each recurrent member.", ""]
+             "of 3 rounds, mean over seeds, timed in the benchmark's run beside each recurrent member (under whatever else "
+             "the machine ran then; `bench/encoder_cost.py` times them side by side on a quiet machine).", ""]
     for (dataset, flip), group in sorted(runs.items()):
         group = sorted(group, key=lambda run: run["seed"])
         body = []
