@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import onnx
 from mlflow import MlflowClient
 from mlflow.models import ModelSignature
@@ -81,6 +82,11 @@ def decide(
     return Decision(promote, reasons)
 
 
+def model_requirements() -> list[str]:
+    """What loads a registered folder as an MLflow model: the ONNX flavour's packages and NumPy, as installed."""
+    return [*mlflow.onnx.get_default_pip_requirements(), f"numpy=={np.__version__}"]
+
+
 def register_version(cfg: RegistryConfig, onnx_path: Path, card: dict, signature: ModelSignature,
                      tags: dict[str, str], signing_key: Path, extra_files: dict[str, Path] | None = None) -> str:
     """Inside an active MLflow run: log the ONNX file, its model card, `extra_files` ({name in the folder: file},
@@ -89,7 +95,9 @@ def register_version(cfg: RegistryConfig, onnx_path: Path, card: dict, signature
     key = load_signing_key(signing_key)
     with tempfile.TemporaryDirectory(prefix="register-") as scratch:
         folder = Path(scratch) / "model"
-        mlflow.onnx.save_model(onnx.load(str(onnx_path)), str(folder), signature=signature, save_as_external_data=False)
+        # the requirements named, not inferred: inferring loads the model in a subprocess (about 1.5 s of CPU)
+        mlflow.onnx.save_model(onnx.load(str(onnx_path)), str(folder), signature=signature, save_as_external_data=False,
+                               pip_requirements=model_requirements())
         write_card(folder, card)
         for name, source in (extra_files or {}).items():
             if (folder / name).exists():

@@ -261,6 +261,13 @@ def test_first_sensor_version_becomes_champion(registry):
     assert first["registered_version"] == 1 and first["promoted"] and first["champion_before"] is None
 
 
+def test_a_version_names_the_packages_that_load_it(registry):
+    folder = Path(mlflow.artifacts.download_artifacts(f"models:/{SENSOR_NAME}/1", tracking_uri=registry.uri))
+    requirements = (folder / "requirements.txt").read_text().split()
+    assert {line.split("==")[0] for line in requirements} == {"mlflow", "onnx", "onnxruntime", "numpy"}
+    assert all("==" in line for line in requirements)  # pinned to what registered it
+
+
 def test_better_challenger_is_promoted_and_remembers_the_previous_champion(registry):
     better = registry.sensor_outcomes[1]
     assert better["registered_version"] == 2 and better["promoted"], better["reasons"]
