@@ -22,15 +22,18 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
 
 
-# The longest test files (about 4, 3, 1 and 1 minutes on 2 cores), first: `make test` hands out whole files to its
-# workers in collection order (`--dist loadfile --no-loadscope-reorder`), so a long file started last would keep one
-# worker busy after the others ran out of work.
-LONGEST_FIRST = ("tests/integration/test_pipeline.py", "tests/integration/test_orchestration.py",
-                 "tests/integration/test_scale_out.py", "tests/integration/test_lean_install.py")
+# `make test` hands out whole files to its workers in collection order (`--dist loadfile --no-loadscope-reorder`),
+# so this order comes first. test_pipeline builds the finished workspace (the whole tiny pipeline, about 3 minutes of
+# one worker); the long files next keep the other worker busy meanwhile (test_scale_out builds the prepared
+# workspace), and test_orchestration, which clones the finished workspace, comes after about as much work. The long
+# files go early: one started last would keep its worker busy after the others ran out of work.
+FIRST = ("tests/integration/test_pipeline.py", "tests/integration/test_scale_out.py",
+         "tests/integration/test_lean_install.py", "tests/integration/test_tune.py", "tests/integration/test_trust.py",
+         "tests/integration/test_prepare_stages.py", "tests/integration/test_orchestration.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    rank = {path: i for i, path in enumerate(FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
 
 

@@ -1,17 +1,18 @@
 """One real Prefect server per test process for the integration tests (in-process flows and stage subprocesses),
-and one prepared tiny workspace for the whole test run."""
+and two tiny workspaces built once for the whole test run: one prepared, one finished."""
 
 from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from filelock import FileLock
 
 from flows.server import prefect_server
-from tests.integration.workspace import build_prepared
+from tests.integration.workspace import build_finished, build_prepared, finished_output
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -23,17 +24,31 @@ def prefect_api():
         os.environ.pop("PREFECT_API_URL", None)
 
 
-@pytest.fixture(scope="session")
-def prepared_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
-    """The workspace of workspace.build_prepared, built once per test run: by the first test process that asks for
-    it, while the other xdist workers wait on the lock. Tests clone it (workspace.clone_workspace), never change it."""
+def _built_once(tmp_path_factory, worker_id: str, name: str, build: Callable[[Path], None]) -> Path:
+    """`build(folder)` run once per test run, by the first test process that asks, while the other xdist workers
+    wait on the lock; the folder, for all of them."""
     shared = tmp_path_factory.getbasetemp()
     if worker_id != "master":
         shared = shared.parent  # the folder of every worker's base temp
-    template, built = shared / "prepared", shared / "prepared.built"
-    with FileLock(shared / "prepared.lock"):
+    template, built = shared / name, shared / f"{name}.built"
+    with FileLock(shared / f"{name}.lock"):
         if not built.exists():
             shutil.rmtree(template, ignore_errors=True)  # what a failed build left
-            build_prepared(template)
+            build(template)
             built.touch()
     return template
+
+
+@pytest.fixture(scope="session")
+def prepared_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
+    """The workspace of workspace.build_prepared (data prepared, sensor encoder pretrained). Tests clone it
+    (workspace.clone_workspace), never change it."""
+    return _built_once(tmp_path_factory, worker_id, "prepared", build_prepared)
+
+
+@pytest.fixture(scope="session")
+def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> tuple[Path, str]:
+    """The workspace of workspace.build_finished (the whole tiny pipeline run as `make run` runs it) and that run's
+    output. Tests read it or clone it, never change it."""
+    root = _built_once(tmp_path_factory, worker_id, "finished", build_finished)
+    return root, finished_output(root)

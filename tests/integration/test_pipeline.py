@@ -4,7 +4,6 @@ registry, with a DVC cache and local remote, in a scratch workspace with tiny se
 from __future__ import annotations
 
 import json
-import sys
 
 import onnx
 import pandas as pd
@@ -17,24 +16,19 @@ from contract.manifest import load_verify_key, sha256_file
 from contract.reference import read_reference
 from contract.registry import download_verified
 from models.uncertainty_quality import uncertainty_quality
-from tests.integration.workspace import TINY, make_workspace, merged, run
+from tests.integration.workspace import FINISHED, clone_workspace, merged, run
 
 pytestmark = pytest.mark.integration
 
-QUANTIZED = {"sensor": {"export": {"quantize": True}}}
-
-
 @pytest.fixture(scope="module")
-def pipeline(tmp_path_factory):
+def pipeline(finished_workspace):
     """The pipeline run once through `python -m flows.pipeline run` (what `make run` calls), the sensor model
-    quantised to int8 (the float export is the default, which the orchestration tests run)."""
-    root = make_workspace(tmp_path_factory.mktemp("pipeline"), merged(TINY, QUANTIZED))
-    result = run(root, sys.executable, "-m", "flows.pipeline", "run")
-    return root, result
+    quantised to int8 (workspace.FINISHED): the workspace and the run's output. Read, never changed."""
+    return finished_workspace
 
 
-def test_pipeline_registers_both_families_as_champion(pipeline):
-    root, result = pipeline
+def test_pipeline_registers_both_families_as_champion(pipeline, tmp_path):
+    root, output = pipeline
     client = MlflowClient(tracking_uri=f"sqlite:///{root / 'mlflow' / 'mlflow.db'}")
     for family, name in (("sensor", "sensor-failure-detector"), ("molecule", "molecular-property")):
         champion = client.get_model_version_by_alias(name, "champion")
@@ -52,14 +46,14 @@ def test_pipeline_registers_both_families_as_champion(pipeline):
         assert per_model[metrics["baseline"]["name"]] == pytest.approx(
             {k: v for k, v in metrics["baseline"].items() if k != "name"})
         # the version carries its signed training reference and the run's lineage tags
-        verified = download_verified(client, name, champion.version, root / "downloads" / family,
+        verified = download_verified(client, name, champion.version, tmp_path / family,
                                      load_verify_key(root / ".keys" / "model-signing.pub"))
         reference = read_reference(verified.directory)
         assert "reference.npz" in verified.manifest["files"]
         assert ("channels" in reference) if family == "sensor" else (reference["fingerprints"].dtype == "uint8")
         assert any(tag.startswith(f"data.{family}.") for tag in champion.tags) and "git_commit" in champion.tags
-    assert "sensor-failure-detector" in result.stdout and "molecular-property" in result.stdout  # summary table
-    assert result.stdout.count("(validation") == 2  # each family's first metric on validation too
+    assert "sensor-failure-detector" in output and "molecular-property" in output  # summary table
+    assert output.count("(validation") == 2  # each family's first metric on validation too
 
 
 def test_every_stage_run_carries_lineage(pipeline):
@@ -118,12 +112,10 @@ def test_second_repro_is_a_no_op_and_data_is_pushed(pipeline):
     assert any((root / ".dvc-storage").rglob("*")), "dvc push left the default remote empty"
 
 
-def test_a_param_change_reruns_exactly_the_stages_it_affects(pipeline):
+def test_a_param_change_reruns_exactly_the_stages_it_affects(pipeline, tmp_path):
     root, _ = pipeline
-    params = yaml.safe_load((root / "params.yaml").read_text())
-    params["sensor"]["calibrate"] = {"target_precision": 0.7}
-    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    dry = run(root, "dvc", "repro", "--dry").stdout
+    clone = clone_workspace(root, tmp_path / "ws", merged(FINISHED, {"sensor": {"calibrate": {"target_precision": 0.7}}}))
+    dry = run(clone, "dvc", "repro", "--dry").stdout
     ran = {line.split("'")[1] for line in dry.splitlines() if line.startswith("Running stage")}
     assert {"sensor_calibrate", "sensor_baseline"} <= ran
     assert not ran & {"sensor_prepare", "sensor_pretrain", "sensor_finetune"}

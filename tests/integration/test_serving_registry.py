@@ -30,9 +30,9 @@ from onnx import TensorProto, helper, numpy_helper
 from data.molecules.featurize import FEATURIZER_VERSION, batch_inputs, encode_tokens, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer
-from contract.manifest import public_key_path, sha256_file
+from contract.manifest import load_verify_key, public_key_path, sha256_file
 from contract.reference import REFERENCE, write_reference
-from contract.registry import CHAMPION
+from contract.registry import CHAMPION, download_verified
 from data.molecules.standardize import canonical_smiles
 from flows.config import RegistryConfig
 from flows.params import load_params
@@ -261,9 +261,10 @@ def test_first_sensor_version_becomes_champion(registry):
     assert first["registered_version"] == 1 and first["promoted"] and first["champion_before"] is None
 
 
-def test_a_version_names_the_packages_that_load_it(registry):
-    folder = Path(mlflow.artifacts.download_artifacts(f"models:/{SENSOR_NAME}/1", tracking_uri=registry.uri))
-    requirements = (folder / "requirements.txt").read_text().split()
+def test_a_version_names_the_packages_that_load_it(registry, tmp_path):
+    version = download_verified(MlflowClient(registry.uri), SENSOR_NAME, "1", tmp_path,
+                                load_verify_key(registry.verify_key))
+    requirements = (version.directory / "requirements.txt").read_text().split()
     assert {line.split("==")[0] for line in requirements} == {"mlflow", "onnx", "onnxruntime", "numpy"}
     assert all("==" in line for line in requirements)  # pinned to what registered it
 

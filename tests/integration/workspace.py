@@ -1,6 +1,7 @@
 """A scratch pipeline workspace: the project's pipeline files and code copied into a temporary
-git repository, with its own params, Prefect home, MLflow store and DVC cache and remote; and clones of one prepared
-tiny workspace, so that the tests do not each prepare the data and pretrain again."""
+git repository, with its own params, Prefect home, MLflow store and DVC cache and remote; and clones of the tiny
+workspaces built once per test run (one prepared, one finished), so that the tests do not each prepare the data,
+pretrain or run the pipeline again."""
 
 from __future__ import annotations
 
@@ -52,6 +53,11 @@ def merged(base: dict, overrides: dict) -> dict:
     return out
 
 
+FINISHED = merged(TINY, {"sensor": {"export": {"quantize": True}}})
+"""The finished workspace's settings: TINY with the sensor model quantised to int8 (its export stage writes the float
+graph first, then quantises it; the float export as the file served is the default, which the unit tests export)."""
+
+
 def make_workspace(root: Path, overrides: dict) -> Path:
     """Copy the pipeline into `root` with the project's params.yaml updated by `overrides`, commit it."""
     root.mkdir(parents=True, exist_ok=True)
@@ -76,6 +82,24 @@ def build_prepared(root: Path) -> Path:
     run(root, "dvc", "repro", *PREPARED_STAGES)
     _commit(root, "prepared")
     return root
+
+
+def build_finished(root: Path) -> None:
+    """A FINISHED workspace through which `python -m flows.pipeline run` (what `make run` calls) has run, from
+    nothing; its output is in finished_output(root). Not committed after the run: the runs' lineage names the commit
+    they ran on."""
+    make_workspace(root, FINISHED)
+    result = run(root, sys.executable, "-m", "flows.pipeline", "run")
+    _output_file(root).write_text(result.stdout)
+
+
+def finished_output(root: Path) -> str:
+    """The standard output of build_finished's pipeline run."""
+    return _output_file(root).read_text()
+
+
+def _output_file(root: Path) -> Path:
+    return root.with_name(f"{root.name}.stdout")  # beside the workspace: clones do not copy it
 
 
 def clone_workspace(template: Path, root: Path, overrides: dict) -> Path:
