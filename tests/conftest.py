@@ -22,19 +22,33 @@ PROJECT_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SHARED_DATA_DIR", PROJECT_ROOT.parent / "shared" / "data"))
 
 
-# `make test` hands out whole files to its workers in collection order (`--dist loadfile --no-loadscope-reorder`),
-# so this order comes first. test_pipeline builds the finished workspace (the whole tiny pipeline, about 3 minutes of
-# one worker); the long files next keep the other worker busy meanwhile (test_scale_out builds the prepared
-# workspace), and test_orchestration, which clones the finished workspace, comes after about as much work. The long
-# files go early: one started last would keep its worker busy after the others ran out of work.
-FIRST = ("tests/integration/test_pipeline.py", "tests/integration/test_scale_out.py",
-         "tests/integration/test_lean_install.py", "tests/integration/test_tune.py", "tests/integration/test_trust.py",
-         "tests/integration/test_prepare_stages.py", "tests/integration/test_orchestration.py")
+# `make test` hands out whole files to its workers in this order (`--dist loadfile --no-loadscope-reorder`). First the
+# file whose fixture builds the finished workspace (the whole tiny pipeline, about 4 minutes of one worker); then long
+# files that do not need it, enough to keep the other worker busy meanwhile; then the files that clone it; the rest,
+# short files, last, so that no worker is left with a long file after the others ran out of work.
+BUILDS_THE_WORKSPACE = "tests/integration/test_pipeline.py"
+LONG_WITHOUT_THE_WORKSPACE = (
+    "tests/integration/test_lean_install.py", "tests/integration/test_prepare_stages.py",
+    "tests/integration/test_serving.py", "tests/integration/test_serving_novelty.py", "tests/unit/test_sensor_model.py",
+    "tests/unit/test_models.py", "tests/unit/test_molecule_prepare.py", "tests/integration/test_trust.py",
+    "tests/integration/test_rollback.py", "tests/integration/test_monitoring.py", "tests/unit/test_prediction_log.py",
+    "tests/unit/test_molecule_model.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    rank = {path: i for i, path in enumerate(FIRST)}
-    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+    def path(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    cloning = {path(item) for item in items if "finished_workspace" in item.fixturenames}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        if path(item) == BUILDS_THE_WORKSPACE:
+            return 0, 0
+        if path(item) in LONG_WITHOUT_THE_WORKSPACE:
+            return 1, LONG_WITHOUT_THE_WORKSPACE.index(path(item))
+        return (2, 0) if path(item) in cloning else (3, 0)
+
+    items.sort(key=rank)  # stable: collection order within a rank
 
 
 @pytest.fixture(scope="session")

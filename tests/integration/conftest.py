@@ -1,5 +1,5 @@
 """One real Prefect server per test process for the integration tests (in-process flows and stage subprocesses),
-and two tiny workspaces built once for the whole test run: one prepared, one finished."""
+and one finished tiny workspace for the whole test run."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from filelock import FileLock
 
 from flows.server import prefect_server
-from tests.integration.workspace import build_finished, build_prepared, finished_output
+from tests.integration.workspace import build_finished
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -40,15 +40,7 @@ def _built_once(tmp_path_factory, worker_id: str, name: str, build: Callable[[Pa
 
 
 @pytest.fixture(scope="session")
-def prepared_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
-    """The workspace of workspace.build_prepared (data prepared, sensor encoder pretrained). Tests clone it
-    (workspace.clone_workspace), never change it."""
-    return _built_once(tmp_path_factory, worker_id, "prepared", build_prepared)
-
-
-@pytest.fixture(scope="session")
-def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> tuple[Path, str]:
-    """The workspace of workspace.build_finished (the whole tiny pipeline run as `make run` runs it) and that run's
-    output. Tests read it or clone it, never change it."""
-    root = _built_once(tmp_path_factory, worker_id, "finished", build_finished)
-    return root, finished_output(root)
+def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
+    """The workspace of workspace.build_finished: the whole tiny pipeline run as `make run` runs it. Tests read it or
+    clone it (workspace.clone_workspace), never change it."""
+    return _built_once(tmp_path_factory, worker_id, "finished", build_finished)

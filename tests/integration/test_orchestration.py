@@ -32,10 +32,12 @@ def _deployments() -> dict:
 def served(tmp_path_factory, finished_workspace):
     """A clone of the finished workspace whose deployments are served by `python -m flows.deployments` (what `make ui`
     runs)."""
-    root = clone_workspace(finished_workspace[0], tmp_path_factory.mktemp("served") / "ws",
+    root = clone_workspace(finished_workspace, tmp_path_factory.mktemp("served") / "ws",
                            merged(FINISHED, {"orchestration": {"schedules": SCHEDULES}}))
     log = open(root / "runner.log", "w")
-    runner = subprocess.Popen([sys.executable, "-m", "flows.deployments"], cwd=root, env=workspace_env(root),
+    # the runner looks for runs to start every second (Prefect's default: 10 s)
+    env = {**workspace_env(root), "PREFECT_RUNNER_POLL_FREQUENCY": "1"}
+    runner = subprocess.Popen([sys.executable, "-m", "flows.deployments"], cwd=root, env=env,
                               stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
     while not NAMES <= set(_deployments()):
@@ -66,7 +68,7 @@ def test_deployments_are_registered_with_the_schedules_from_params(served):
 
 
 def test_triggered_data_refresh_completes_and_versions_the_prepared_data(served):
-    flow_run = run_deployment("data-refresh/nightly", timeout=600)
+    flow_run = run_deployment("data-refresh/nightly", timeout=600, poll_interval=1)
     assert flow_run.state.is_completed(), flow_run.state.message
     lock = yaml.safe_load((served / "dvc.lock").read_text())["stages"]
     assert {"sensor_prepare", "molecule_prepare"} <= set(lock)
@@ -83,7 +85,7 @@ def test_triggered_data_refresh_completes_and_versions_the_prepared_data(served)
 
 def test_pipeline_run_with_parameters_leaves_what_dvc_repro_would(served):
     flow_run = run_deployment("sensor-pipeline/sensor", parameters={"overrides": {"sensor.registry.tolerance": 0.01}},
-                              timeout=600)
+                              timeout=600, poll_interval=1)
     assert flow_run.state.is_completed(), flow_run.state.message
     assert yaml.safe_load((served / "params.yaml").read_text())["sensor"]["registry"]["tolerance"] == 0.01
     runs = _mlflow_runs(served, "sensor")
@@ -102,7 +104,7 @@ def test_pipeline_run_with_parameters_leaves_what_dvc_repro_would(served):
 def test_bad_parameters_fail_the_run_and_leave_params_untouched(served):
     before = (served / "params.yaml").read_text()
     flow_run = run_deployment("sensor-pipeline/sensor", parameters={"overrides": {"sensor.finetune.epochz": 2}},
-                              timeout=300)
+                              timeout=300, poll_interval=1)
     assert flow_run.state.is_failed()
     with get_client(sync_client=True) as client:
         task_runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run.id])))

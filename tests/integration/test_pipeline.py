@@ -16,7 +16,7 @@ from contract.manifest import load_verify_key, sha256_file
 from contract.reference import read_reference
 from contract.registry import download_verified
 from models.uncertainty_quality import uncertainty_quality
-from tests.integration.workspace import FINISHED, clone_workspace, merged, run
+from tests.integration.workspace import FINISHED, clone_workspace, finished_output, merged, run
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 def pipeline(finished_workspace):
     """The pipeline run once through `python -m flows.pipeline run` (what `make run` calls), the sensor model
     quantised to int8 (workspace.FINISHED): the workspace and the run's output. Read, never changed."""
-    return finished_workspace
+    return finished_workspace, finished_output(finished_workspace)
 
 
 def test_pipeline_registers_both_families_as_champion(pipeline, tmp_path):

@@ -16,8 +16,8 @@ REPRO = ("from flows.dvc import DvcError, repro\n"
          "try:\n    repro('sensor_prepare')\nexcept DvcError as error:\n    raise SystemExit(str(error))")
 
 
-def test_a_failed_stage_gets_its_previous_outputs_back_and_the_message_says_so(tmp_path, prepared_workspace):
-    root = clone_workspace(prepared_workspace, tmp_path / "ws", TINY)  # sensor_prepare has run
+def test_a_failed_stage_gets_its_previous_outputs_back_and_the_message_says_so(tmp_path, finished_workspace):
+    root = clone_workspace(finished_workspace, tmp_path / "ws", TINY)  # sensor_prepare has run
     prepared = root / "data" / "prepared" / "sensor"
     before = {p.name: p.read_bytes() for p in prepared.iterdir()}
 

@@ -14,9 +14,9 @@ def lock_entry(root, stage: str) -> dict:
     return yaml.safe_load((root / "dvc.lock").read_text())["stages"][stage]
 
 
-def test_sensor_prepare_gives_the_same_lock_entry_in_another_folder(tmp_path, prepared_workspace):
-    first = lock_entry(prepared_workspace, "sensor_prepare")
-    clone = clone_workspace(prepared_workspace, tmp_path / "elsewhere" / "another clone", TINY)
+def test_sensor_prepare_gives_the_same_lock_entry_in_another_folder(tmp_path, finished_workspace):
+    first = lock_entry(finished_workspace, "sensor_prepare")
+    clone = clone_workspace(finished_workspace, tmp_path / "elsewhere" / "another clone", TINY)
     run(clone, "dvc", "repro", "--force", "--single-item", "sensor_prepare")  # prepared again, in this folder
     (output,) = first["outs"]
     assert output["path"] == "data/prepared/sensor" and output["nfiles"] == 5  # train, val, test, unlabelled, meta

@@ -14,8 +14,8 @@ from tests.unit.test_serialization import RunsCode
 pytestmark = pytest.mark.integration
 
 
-def test_calibrate_stage_refuses_a_planted_ensemble_in_one_line(tmp_path, prepared_workspace):
-    workspace = clone_workspace(prepared_workspace, tmp_path / "workspace", {})
+def test_calibrate_stage_refuses_a_planted_ensemble_in_one_line(tmp_path, finished_workspace):
+    workspace = clone_workspace(finished_workspace, tmp_path / "workspace", {})
     marker, planted = tmp_path / "ran", workspace / "artifacts" / "sensor" / "finetuned.pt"
     planted.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {}, "members": [RunsCode(marker)]}, planted)

@@ -21,9 +21,9 @@ TUNE = {"trials": 8, "sampler": "grid", "pruner": "none", "parallel": 2, "space"
 
 
 @pytest.fixture(scope="module")
-def workspace(tmp_path_factory, prepared_workspace):
-    """Prepared windows and a pretrained encoder (a clone of the prepared workspace)."""
-    root = clone_workspace(prepared_workspace, tmp_path_factory.mktemp("scale_out") / "ws",
+def workspace(tmp_path_factory, finished_workspace):
+    """Prepared windows and a pretrained encoder (a clone of the finished workspace)."""
+    root = clone_workspace(finished_workspace, tmp_path_factory.mktemp("scale_out") / "ws",
                            merged(TINY, {"sensor": {"finetune": {"use_pretrained": False}}}))
     write_overrides(root / "params.yaml", {"sensor.tune": TUNE})  # the grid alone, not merged into the default space
     return root

@@ -1,7 +1,7 @@
 """A scratch pipeline workspace: the project's pipeline files and code copied into a temporary
-git repository, with its own params, Prefect home, MLflow store and DVC cache and remote; and clones of the tiny
-workspaces built once per test run (one prepared, one finished), so that the tests do not each prepare the data,
-pretrain or run the pipeline again."""
+git repository, with its own params, Prefect home, MLflow store and DVC cache and remote; and clones of the finished
+tiny workspace, built once per test run, so that the tests do not each prepare the data, pretrain or run the pipeline
+again."""
 
 from __future__ import annotations
 
@@ -39,8 +39,6 @@ TINY = {
 }
 """Settings small enough for a test: the stages run in seconds."""
 
-PREPARED_STAGES = ("sensor_pretrain", "molecule_prepare")
-"""What the prepared workspace has run: both families' data and the sensor encoder (`sensor_prepare` first)."""
 NOT_CLONED = {".prefect", "mlflow", ".dvc-storage", ".dvc/tmp", ".dvc/site-cache"}
 """Kept out of a clone: its run history, Prefect home, DVC remote and DVC's inode state belong to the original."""
 
@@ -73,14 +71,6 @@ def make_workspace(root: Path, overrides: dict) -> Path:
     _write_params(root, overrides)
     subprocess.run(["git", "init", "-q"], cwd=root, check=True)
     _commit(root, "workspace")
-    return root
-
-
-def build_prepared(root: Path) -> Path:
-    """A TINY workspace that has run PREPARED_STAGES, committed with its dvc.lock."""
-    make_workspace(root, TINY)
-    run(root, "dvc", "repro", *PREPARED_STAGES)
-    _commit(root, "prepared")
     return root
 
 
