@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,23 +23,18 @@ def prefect_api():
         os.environ.pop("PREFECT_API_URL", None)
 
 
-def _built_once(tmp_path_factory, worker_id: str, name: str, build: Callable[[Path], None]) -> Path:
-    """`build(folder)` run once per test run, by the first test process that asks, while the other xdist workers
-    wait on the lock; the folder, for all of them."""
+@pytest.fixture(scope="session")
+def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
+    """The workspace of workspace.build_finished (the whole tiny pipeline run as `make run` runs it), built once per
+    test run: by the first test process that asks for it, while the other xdist workers wait on the lock. Tests read
+    it or clone it (workspace.clone_workspace), never change it."""
     shared = tmp_path_factory.getbasetemp()
     if worker_id != "master":
         shared = shared.parent  # the folder of every worker's base temp
-    template, built = shared / name, shared / f"{name}.built"
-    with FileLock(shared / f"{name}.lock"):
+    template, built = shared / "finished", shared / "finished.built"
+    with FileLock(shared / "finished.lock"):
         if not built.exists():
             shutil.rmtree(template, ignore_errors=True)  # what a failed build left
-            build(template)
+            build_finished(template)
             built.touch()
     return template
-
-
-@pytest.fixture(scope="session")
-def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
-    """The workspace of workspace.build_finished: the whole tiny pipeline run as `make run` runs it. Tests read it or
-    clone it (workspace.clone_workspace), never change it."""
-    return _built_once(tmp_path_factory, worker_id, "finished", build_finished)
