@@ -71,14 +71,29 @@ def featurised(batch: int, time: int, channels: int = 3) -> torch.Tensor:
     return torch.cat([torch.randn(batch, channels, time) * mask, mask], dim=1)
 
 
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """exported(bins) -> (a calibrated two-member ensemble with `bins` statistics bins, its ONNX file), each exported
+    once for this module's tests."""
+    made: dict[int, tuple[CalibratedClassifierEnsemble, Path]] = {}
+
+    def export(bins: int) -> tuple[CalibratedClassifierEnsemble, Path]:
+        if bins not in made:
+            torch.manual_seed(0)
+            cfg = SMALL_SENSOR.model_copy(update={"statistics_bins": bins})
+            members = [SensorClassifier(6, cfg).fit_statistics(featurised(256, 32).numpy()) for _ in range(2)]
+            model = CalibratedClassifierEnsemble(members, 1.7).eval()
+            path = export_onnx(model, {"features": featurised(4, 32)}, {"features": {0: "batch", 2: "time"}},
+                               ["probability", "uncertainty"], tmp_path_factory.mktemp("sensor") / "sensor.onnx")
+            made[bins] = model, path
+        return made[bins]
+
+    return export
+
+
 @pytest.mark.parametrize("bins", [0, 4])
-def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(tmp_path, bins):
-    torch.manual_seed(0)
-    cfg = SMALL_SENSOR.model_copy(update={"statistics_bins": bins})
-    members = [SensorClassifier(6, cfg).fit_statistics(featurised(256, 32).numpy()) for _ in range(2)]
-    model = CalibratedClassifierEnsemble(members, 1.7).eval()
-    path = export_onnx(model, {"features": featurised(4, 32)}, {"features": {0: "batch", 2: "time"}},
-                       ["probability", "uncertainty"], tmp_path / "sensor.onnx")
+def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(exported, bins):
+    model, path = exported(bins)
     session, provider = load_session(path)
     assert provider == "CPUExecutionProvider" or provider == "CUDAExecutionProvider"
     for shape in [(1, 6, 32), (64, 6, 32), (3, 6, 500)]:
@@ -90,15 +105,12 @@ def test_sensor_onnx_matches_torch_on_unseen_batch_and_length(tmp_path, bins):
         assert np.abs(out["uncertainty"] - uncertainty.numpy()).max() <= 1e-4
 
 
-def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path):
+def test_int8_quantisation_replaces_conv_and_matmul_and_stays_close(tmp_path, exported):
     import onnx
 
     from models.quantization import quantize_sensor_model
 
-    torch.manual_seed(0)
-    model = CalibratedClassifierEnsemble([SensorClassifier(6, SMALL_SENSOR) for _ in range(2)], 1.0).eval()
-    source = export_onnx(model, {"features": featurised(4, 32)}, {"features": {0: "batch", 2: "time"}},
-                         ["probability", "uncertainty"], tmp_path / "float.onnx")
+    _, source = exported(4)
     calibration = featurised(128, 32).numpy()
     target = quantize_sensor_model(source, tmp_path / "int8.onnx", calibration)
     ops = [node.op_type for node in onnx.load(str(target)).graph.node]
