@@ -38,9 +38,9 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float, log: Path)
     raise TimeoutError(f"Prefect server at {url} not healthy after {timeout:.0f} s; see {log}")
 
 
-@contextlib.contextmanager
-def prefect_server(port: int | None = None, ui: bool = False, timeout: float = 120) -> Iterator[str]:
-    """Start `prefect server start` on 127.0.0.1; yields its API URL; stops it on exit."""
+def start_prefect_server(port: int | None = None, ui: bool = False, timeout: float = 120) -> tuple[str, subprocess.Popen]:
+    """Start `prefect server start` on 127.0.0.1 in its own session and wait until it is healthy; returns its API URL
+    and its process (stop_prefect_server stops it)."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/api"
     log = Path(os.environ["PREFECT_HOME"]) / "server.log"
@@ -54,10 +54,25 @@ def prefect_server(port: int | None = None, ui: bool = False, timeout: float = 1
                                    start_new_session=True)
     try:
         wait_healthy(url, process, timeout, log)
+    except BaseException:
+        stop_prefect_server(process)
+        raise
+    return url, process
+
+
+def stop_prefect_server(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@contextlib.contextmanager
+def prefect_server(port: int | None = None, ui: bool = False, timeout: float = 120) -> Iterator[str]:
+    """Start `prefect server start` on 127.0.0.1; yields its API URL; stops it on exit."""
+    url, process = start_prefect_server(port, ui, timeout)
+    try:
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_prefect_server(process)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import run_folder
+
 # Flows run in-process by tests keep their Prefect state out of the project's own .prefect/.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
 os.environ.pop("PREFECT_API_URL", None)
@@ -54,6 +56,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return (2, 0) if path(item) in cloning else (3, 0)
 
     items.sort(key=rank)  # stable: collection order within a rank
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller, before it starts the xdist workers, or the only process
+        run_folder.make()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # after every worker has finished
+        run_folder.remove()
 
 
 @pytest.fixture(scope="session")

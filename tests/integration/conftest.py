@@ -1,8 +1,9 @@
-"""One real Prefect server per test process for the integration tests (in-process flows and stage subprocesses),
-and one finished tiny workspace for the whole test run."""
+"""One real Prefect server for the integration tests of the whole test run (in-process flows and stage
+subprocesses of every xdist worker), and one finished tiny workspace for the whole test run."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -10,17 +11,25 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
-from flows.server import prefect_server
+from flows.server import start_prefect_server
+from tests import run_folder
 from tests.integration.workspace import build_finished
 
 
 @pytest.fixture(scope="session", autouse=True)
 def prefect_api():
-    """A `prefect server start` on a free port; PREFECT_API_URL points every flow run at it."""
-    with prefect_server() as url:
-        os.environ["PREFECT_API_URL"] = url
-        yield url
-        os.environ.pop("PREFECT_API_URL", None)
+    """A `prefect server start` on a free port, one for the whole test run: the first test process that needs it
+    starts it, the other xdist workers wait on the lock and connect to it, and it stops when the run ends
+    (tests/run_folder.py). PREFECT_API_URL points every flow run at it."""
+    record = run_folder.path() / run_folder.SERVER_RECORD
+    with FileLock(run_folder.path() / "prefect-server.lock"):
+        if not record.exists():
+            url, process = start_prefect_server()
+            record.write_text(json.dumps({"url": url, "pid": process.pid}))
+    url = json.loads(record.read_text())["url"]
+    os.environ["PREFECT_API_URL"] = url
+    yield url
+    os.environ.pop("PREFECT_API_URL", None)
 
 
 @pytest.fixture(scope="session")
