@@ -38,7 +38,8 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout: float, log: Path)
     raise TimeoutError(f"Prefect server at {url} not healthy after {timeout:.0f} s; see {log}")
 
 
-def start_prefect_server(port: int | None = None, ui: bool = False, timeout: float = 120) -> tuple[str, subprocess.Popen]:
+def start_prefect_server(port: int | None = None, ui: bool = False,
+                         timeout: float = 120) -> tuple[str, subprocess.Popen]:
     """Start `prefect server start` on 127.0.0.1 in its own session and wait until it is healthy; returns its API URL
     and its process (stop_prefect_server stops it)."""
     port = port or free_port()

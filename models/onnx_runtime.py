@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import os
 from pathlib import Path
 
 import numpy as np
@@ -14,14 +15,23 @@ import onnxruntime as ort
 # load, and its failed attempt logs an error. We try CUDA with that log quieted and read the
 # providers of the live session instead of trusting get_available_providers().
 _ERRORS, _FATAL_ONLY = 3, 4
-_intra_op_threads = 0  # ONNX Runtime's default: one per physical core
+
+
+def _threads_from_environment() -> int:
+    """OMP_NUM_THREADS (its first level), which torch's intra-op threads follow too; 0 where it is unset or no count:
+    ONNX Runtime's default, one thread per physical core."""
+    first = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(first) if first.isdigit() else 0
+
+
+_intra_op_threads = _threads_from_environment()
 _intra_op_spinning = True  # ONNX Runtime's default: idle intra-op threads spin a while before they sleep
 
 
 def set_intra_op_threads(threads: int, spinning: bool = True) -> None:
-    """Threads each session created from now on uses within one operator (0: ONNX Runtime's default), and whether
-    they spin, waiting for the next operator, instead of sleeping (the CPU time they burn so is lost to whatever
-    else runs on those cores)."""
+    """Threads each session created from now on uses within one operator (0: ONNX Runtime's default; before any
+    call, OMP_NUM_THREADS where it is set), and whether they spin, waiting for the next operator, instead of sleeping
+    (the CPU time they burn so is lost to whatever else runs on those cores)."""
     global _intra_op_threads, _intra_op_spinning
     _intra_op_threads, _intra_op_spinning = threads, spinning
 

@@ -179,16 +179,32 @@ def test_session_reports_the_provider_it_runs_on_and_a_missing_cuda_stays_quiet(
     assert load_session(path, prefer_cuda=False)[1] == "CPUExecutionProvider"
 
 
-def test_sessions_take_the_thread_count_and_spinning_set_for_them(tmp_path):
+def test_sessions_take_the_thread_count_and_spinning_set_for_them(tmp_path, monkeypatch):
     """The service sets its intra-op threads and turns their spinning off (it burnt the event loop's CPU)."""
-    from models.onnx_runtime import set_intra_op_threads
+    from models import onnx_runtime
 
+    for name in ("_intra_op_threads", "_intra_op_spinning"):  # this process's settings back after the test
+        monkeypatch.setattr(onnx_runtime, name, getattr(onnx_runtime, name))
     path = relu_model(tmp_path)
-    try:
-        for threads, spinning, entry in [(2, False, "0"), (1, True, "1")]:
-            set_intra_op_threads(threads, spinning)
-            options = load_session(path, prefer_cuda=False)[0].get_session_options()
-            assert options.intra_op_num_threads == threads
-            assert options.get_session_config_entry("session.intra_op.allow_spinning") == entry
-    finally:
-        set_intra_op_threads(0)
+    for threads, spinning, entry in [(2, False, "0"), (1, True, "1")]:
+        onnx_runtime.set_intra_op_threads(threads, spinning)
+        options = load_session(path, prefer_cuda=False)[0].get_session_options()
+        assert options.intra_op_num_threads == threads
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == entry
+
+
+@pytest.mark.parametrize("variable, threads", [("3", 3), ("2,1", 2), ("many", 0), (None, 0)])
+def test_sessions_follow_omp_num_threads_until_the_threads_are_set(tmp_path, variable, threads):
+    """OMP_NUM_THREADS (its first level), as torch does; unset or no count: ONNX Runtime's own default (0)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    if variable is not None:
+        env["OMP_NUM_THREADS"] = variable
+    probe = ("import sys; from models.onnx_runtime import load_session; "
+             "print(load_session(sys.argv[1], prefer_cuda=False)[0].get_session_options().intra_op_num_threads)")
+    out = subprocess.run([sys.executable, "-c", probe, str(relu_model(tmp_path))], env=env, capture_output=True,
+                         text=True, check=True, cwd=Path(__file__).resolve().parents[2])
+    assert int(out.stdout) == threads
