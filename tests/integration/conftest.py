@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from filelock import FileLock
+from prefect.context import refresh_global_settings_context
 
 from flows.server import start_prefect_server
 from tests import run_folder
@@ -28,8 +29,12 @@ def prefect_api():
             record.write_text(json.dumps({"url": url, "pid": process.pid}))
     url = json.loads(record.read_text())["url"]
     os.environ["PREFECT_API_URL"] = url
+    # Prefect reads its settings when it is imported (here: while the tests were collected); without a refresh the
+    # in-process clients would start a temporary server of their own, on this process's PREFECT_HOME
+    refresh_global_settings_context()
     yield url
     os.environ.pop("PREFECT_API_URL", None)
+    refresh_global_settings_context()
 
 
 @pytest.fixture(scope="session")
