@@ -35,11 +35,11 @@ from flows.json_io import write_json
 from flows.params import Params, load_params, tuned_file, with_overrides
 from flows.paths import StagePaths
 from flows.tasks import compute_task
+from flows.tune_command import TRIALS_FILE, write_tuned, write_untuned
 from flows.tracking import stage_run
 from models.training import TrainResult
 
 STUDY_FILE = "study.jsonl"
-TRIALS_FILE = "trials.json"  # the trial records, best first
 STARTUP_TRIALS = 5  # finished trials before the median rule prunes, and TPE's random trials at most
 
 
@@ -156,13 +156,6 @@ def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_p
     return {**record, "state": "complete", "value": sign * result.best_score, "best_epoch": result.best_epoch}
 
 
-def write_tuned(path: Path, settings: dict[str, Any], header: str) -> None:
-    """tuned/<family>.yaml: a comment saying where it came from, then the dotted keys ({} where none)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = yaml.safe_dump(settings, sort_keys=True) if settings else "{}\n"
-    path.write_text("".join(f"# {line}\n" for line in header.splitlines()) + body)
-
-
 def _plots(study: optuna.Study, out: Path) -> list[Path]:
     """The optimisation history and, with two finished trials or more, the parameter importances (PNG)."""
     import matplotlib
@@ -201,9 +194,7 @@ def tune(tunable: Tunable, params_file: str) -> list[dict]:
     out = tunable.paths.artifacts / "tune"
     out.mkdir(parents=True, exist_ok=True)
     if cfg.trials == 0:
-        write_json(out / TRIALS_FILE, [])
-        write_tuned(target, {}, f"not tuned ({family}.tune.trials is 0): fine-tuning uses params.yaml as it is")
-        print(f"{family} tune: off ({family}.tune.trials is 0); {target.relative_to(tunable.paths.root)} is empty")
+        write_untuned(tunable.paths)
         return []
     for key in cfg.space:  # every key and range end is a valid setting before anything trains
         for value in ([cfg.space[key].low, cfg.space[key].high] if cfg.space[key].choices is None

@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import optuna
 import pytest
+import yaml
 
 from flows.config import SearchDimension, TuneConfig
 from flows.molecule.tune import inert
@@ -80,3 +87,37 @@ def test_settings_that_cannot_change_a_trial_leave_the_search():
     assert list(kept.space) == list(space) and skipped == []
     with pytest.raises(ValueError, match="no setting of the search space"):
         searched(TuneConfig(trials=4, space={"finetune.huber_delta": {"low": 0.5, "high": 2.0}}), inert(classifier))
+
+
+PROJECT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "torch_geometric", "optuna")  # what the tune flows load
+
+
+def _tune_command(folder: Path, family: str, tune: dict) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`python -m flows.tune_command <family>` in `folder`, with the project's params and `<family>.tune` updated by
+    `tune`: its result, and which of HEAVY it imported (its last line of output)."""
+    params = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    params[family]["tune"].update(tune)
+    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    probe = ("import runpy, sys\nsys.argv = ['flows/tune_command.py', *sys.argv[1:]]\ntry:\n"
+             "    runpy.run_module('flows.tune_command', run_name='__main__')\nfinally:\n"
+             f"    print([m for m in {HEAVY!r} if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", probe, family], cwd=folder, capture_output=True, text=True)
+    return result, ast.literal_eval(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
+
+
+@pytest.mark.parametrize("family", ["sensor", "molecule"])
+def test_the_stage_command_writes_the_untuned_outputs_without_the_training_libraries(tmp_path, family):
+    result, imported = _tune_command(tmp_path, family, {"trials": 0})
+    assert result.returncode == 0, result.stderr
+    assert imported == []
+    assert yaml.safe_load((tmp_path / "tuned" / f"{family}.yaml").read_text()) == {}
+    assert json.loads((tmp_path / "artifacts" / family / "tune" / "trials.json").read_text()) == []
+    assert f"{family} tune: off" in result.stdout
+
+
+def test_the_stage_command_hands_what_it_cannot_settle_to_the_tune_flow(tmp_path):
+    """Params that do not load: the flow's command line reports them (one paragraph, status 2) and writes nothing."""
+    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"})
+    assert result.returncode == 2 and "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "tuned").exists()
