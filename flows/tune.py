@@ -26,7 +26,6 @@ from typing import Any
 
 import mlflow
 import optuna
-import yaml
 from prefect.artifacts import create_table_artifact
 from tabulate import tabulate
 
@@ -35,8 +34,8 @@ from flows.json_io import write_json
 from flows.params import Params, load_params, tuned_file, with_overrides
 from flows.paths import StagePaths
 from flows.tasks import compute_task
-from flows.tune_command import TRIALS_FILE, write_tuned, write_untuned
 from flows.tracking import stage_run
+from flows.tune_command import TRIALS_FILE, write_tuned, write_untuned
 from models.training import TrainResult
 
 STUDY_FILE = "study.jsonl"
