@@ -189,12 +189,12 @@ def tune(tunable: Tunable, params_file: str) -> list[dict]:
     params = load_params(params_file)
     family = tunable.family
     cfg: TuneConfig = getattr(params, family).tune
-    target = tuned_file(family, tunable.paths.root)
-    out = tunable.paths.artifacts / "tune"
-    out.mkdir(parents=True, exist_ok=True)
     if cfg.trials == 0:
         write_untuned(tunable.paths)
         return []
+    target = tuned_file(family, tunable.paths.root)
+    out = tunable.paths.artifacts / "tune"
+    out.mkdir(parents=True, exist_ok=True)
     for key in cfg.space:  # every key and range end is a valid setting before anything trains
         for value in ([cfg.space[key].low, cfg.space[key].high] if cfg.space[key].choices is None
                       else cfg.space[key].choices):

@@ -19,9 +19,8 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
 os.environ.pop("PREFECT_API_URL", None)
 # One intra-op thread per test process and per process it starts, in torch and in ONNX Runtime (models/onnx_runtime.py
 # follows OMP_NUM_THREADS; set before anything imports torch): `make test` already runs one worker per core, and each
-# process's own intra-op threads only wait and spin beside the other worker's. On 2 cores, 2026-12-06: 7 min 13-32 s
-# (11 min 43 s-12 min 11 s of user CPU) with both libraries' defaults, 6 min 14-25 s (9 min 41-53 s) with torch on one
-# thread, 6 min 2 s (9 min 13 s) with ONNX Runtime on one too. An OMP_NUM_THREADS already set is kept.
+# process's own intra-op threads only wait and spin beside the other worker's (the README's "Tests" gives the times).
+# An OMP_NUM_THREADS already set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Services started by tests write their prediction log outside the project.
 os.environ["SERVING_PREDICTION_STORE"] = f"sqlite:///{tempfile.mkdtemp(prefix='prediction-store-')}/predictions.db"

@@ -1,5 +1,6 @@
 """A folder for the whole test run, shared by its xdist workers: the controller (or the only test process) makes it
-and names it in TEST_RUN_FOLDER, which the workers inherit; it holds the record of the run's one Prefect server."""
+and names it in TEST_RUN_FOLDER, which the workers inherit. It holds the record of the run's one Prefect server and
+the finished tiny workspace (tests/integration/conftest.py), and goes when the run ends."""
 
 from __future__ import annotations
 

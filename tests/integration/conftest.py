@@ -38,13 +38,11 @@ def prefect_api():
 
 
 @pytest.fixture(scope="session")
-def finished_workspace(tmp_path_factory, worker_id, prefect_api) -> Path:
+def finished_workspace(prefect_api) -> Path:
     """The workspace of workspace.build_finished (the whole tiny pipeline run as `make run` runs it), built once per
-    test run: by the first test process that asks for it, while the other xdist workers wait on the lock. Tests read
-    it or clone it (workspace.clone_workspace), never change it."""
-    shared = tmp_path_factory.getbasetemp()
-    if worker_id != "master":
-        shared = shared.parent  # the folder of every worker's base temp
+    test run in the run's folder (tests/run_folder.py): by the first test process that asks for it, while the other
+    xdist workers wait on the lock. Tests read it or clone it (workspace.clone_workspace), never change it."""
+    shared = run_folder.path()
     template, built = shared / "finished", shared / "finished.built"
     with FileLock(shared / "finished.lock"):
         if not built.exists():
