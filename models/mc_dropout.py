@@ -99,6 +99,16 @@ def pass_outputs(masked: list[nn.Module], passes: int, predict: Callable[[nn.Mod
     return np.stack([predict(set_pass(m, p)) for m in masked for p in range(passes)], axis=1)
 
 
+def ensemble_outputs(members: list[nn.Module], passes: int, predict: Callable[[nn.Module], np.ndarray],
+                     masked: Callable[[], list[nn.Module]]) -> np.ndarray:
+    """What calibration fits on, for either family: (n, members) of `predict(member)` (n,), or with `passes` > 0
+    (n, members * passes) on each pass of `masked()` (the members with fixed masks: the family's fixed_mask_members),
+    member by member."""
+    if passes == 0:
+        return np.stack([predict(m) for m in members], axis=1)
+    return pass_outputs(masked(), passes, predict)
+
+
 def set_pass(model: nn.Module, index: int) -> nn.Module:
     """`model` with every FixedMaskDropout on its pass `index`."""
     for module in model.modules():

@@ -18,18 +18,14 @@ from models.calibration import ensemble_probability, fit_interval_scale, fit_tem
 from models.device import pick_device
 from models.metrics import expected_calibration_error
 from models.molecule.calibration import fit_conformal_scale, nominal_coverage
-from models.molecule.training import fixed_mask_members, predict_passes, predict_raw
+from models.molecule.training import ensemble_raw
 
 
 @compute_task(name="member-outputs")
 def member_outputs(members, molecules, mask_passes: int, mask_seed: int) -> np.ndarray:
     """(n, samples) raw outputs: one per member, or with fixed-mask passes `mask_passes` per member (in the order
     of the exported graph: member by member)."""
-    device = pick_device()
-    if mask_passes == 0:
-        return np.stack([predict_raw(m, molecules, device) for m in members], axis=1)
-    masked = fixed_mask_members(members, mask_passes, mask_seed, molecules.subset(range(min(8, len(molecules)))))
-    return predict_passes(masked, molecules, device, mask_passes)
+    return ensemble_raw(members, molecules, pick_device(), mask_passes, mask_seed)
 
 
 @flow(name="molecule-calibrate")

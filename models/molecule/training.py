@@ -165,10 +165,13 @@ def fixed_mask_members(members: list[MoleculeNet], passes: int, seed: int, probe
     return mc_dropout.fixed_mask_members(members, passes, seed, lambda copy: predict_raw(copy, probe, cpu))
 
 
-def predict_passes(masked: list[torch.nn.Module], molecules: Molecules, device: torch.device,
-                   passes: int) -> np.ndarray:
-    """(n, members * passes) raw outputs of fixed_mask_members, member by member (the exported graph's order)."""
-    return mc_dropout.pass_outputs(masked, passes, lambda model: predict_raw(model, molecules, device))
+def ensemble_raw(members: list[MoleculeNet], molecules: Molecules, device: torch.device, mask_passes: int = 0,
+                 mask_seed: int = 0) -> np.ndarray:
+    """Raw outputs (n, members), or (n, members * mask_passes) with fixed-mask passes, member by member (the order
+    of the exported graph)."""
+    first = range(min(8, len(molecules)))  # the probe that shows fixed_mask_members the feature sizes
+    return mc_dropout.ensemble_outputs(members, mask_passes, lambda m: predict_raw(m, molecules, device),
+                                       lambda: fixed_mask_members(members, mask_passes, mask_seed, molecules.subset(first)))
 
 
 def focal_loss(logits: torch.Tensor, y: torch.Tensor, gamma: float) -> torch.Tensor:

@@ -107,10 +107,8 @@ def ensemble_logits(members: list[torch.nn.Module], features: np.ndarray, device
                     mask_seed: int = 0) -> np.ndarray:
     """features (n, 2C, T) -> logits (n, members), or (n, members * mask_passes) with fixed-mask passes, member by
     member (the order of the exported graph)."""
-    if mask_passes == 0:
-        return np.stack([predict_logits(m, features, device) for m in members], axis=1)
-    masked = fixed_mask_members(members, mask_passes, mask_seed, features[:8])
-    return mc_dropout.pass_outputs(masked, mask_passes, lambda model: predict_logits(model, features, device))
+    return mc_dropout.ensemble_outputs(members, mask_passes, lambda m: predict_logits(m, features, device),
+                                       lambda: fixed_mask_members(members, mask_passes, mask_seed, features[:8]))
 
 
 def mc_dropout_spread(model: torch.nn.Module, features: np.ndarray, device: torch.device, passes: int,

@@ -132,6 +132,27 @@ def test_fixed_masks_give_each_molecule_one_answer_per_pass_whatever_its_batch_a
         fix_dropout_masks(net, 0, 0, lambda m: None)
 
 
+def test_the_molecule_ensemble_answers_member_by_member_on_each_fixed_mask_pass():
+    from models.mc_dropout import set_pass
+    from models.molecule.training import ensemble_raw, fixed_mask_members, predict_raw
+    from tests.unit.test_molecule_model import HANDFUL, model, molecules
+
+    members = [model(), model()]
+    for net in members:
+        net.apply(lambda m: setattr(m, "p", 0.3) if isinstance(m, nn.Dropout) else None)
+    every, cpu = molecules(HANDFUL), torch.device("cpu")
+    raw = ensemble_raw(members, every, cpu, mask_passes=3, mask_seed=4)
+    assert raw.shape == (len(HANDFUL), 6)  # what calibrate fits on and the exported graph's samples
+    masked = fixed_mask_members(members, 3, 4, every.subset(range(min(8, len(HANDFUL)))))
+    for column, (member, index) in enumerate((m, p) for m in (0, 1) for p in range(3)):  # member by member
+        assert raw[:, column] == pytest.approx(predict_raw(set_pass(masked[member], index), every, cpu), abs=1e-6)
+    assert np.array_equal(raw, ensemble_raw(members, every, cpu, mask_passes=3, mask_seed=4))
+    assert not np.allclose(raw, ensemble_raw(members, every, cpu, mask_passes=3, mask_seed=5))
+    plain = ensemble_raw(members, every, cpu)  # no passes: one column per member, the members as trained
+    assert plain.shape == (len(HANDFUL), 2)
+    assert np.array_equal(plain[:, 1], predict_raw(members[1], every, cpu))
+
+
 def test_sensor_fixed_masks_drop_channels_for_any_window_length_and_leave_attention_weights_alone():
     from models.mc_dropout import FixedMaskDropout
     from models.sensor.config import SensorModelConfig
