@@ -1,14 +1,20 @@
 """What DVC hashes as a stage's code: bytecode caches are not stage inputs (they exist or not depending on the
-machine and PYTHONDONTWRITEBYTECODE, and made a fresh clone's `dvc.lock` differ from the committed one)."""
+machine and PYTHONDONTWRITEBYTECODE, and made a fresh clone's `dvc.lock` differ from the committed one); the models/
+code a stage runs is."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DVC = Path(sys.executable).with_name("dvc")
+PROJECT_PACKAGES = {"contract", "data", "flows", "models"}
 
 
 def ignored(*paths: str) -> set[str]:
@@ -21,3 +27,63 @@ def test_bytecode_caches_are_not_stage_inputs_and_sources_are():
     caches = ["data/sensors/__pycache__/split.cpython-311.pyc", "models/molecule/__pycache__/network.cpython-312.pyc"]
     sources = ["data/sensors/split.py", "models/molecule/network.py", "models/schedules.py"]
     assert ignored(*caches, *sources) == set(caches)
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Dotted names of the project modules `path` imports, anywhere in it (function-local imports too)."""
+    package = path.relative_to(ROOT).parent.parts
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the file's package upwards
+                base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)  # a module imported from its package
+    return {name for name in names if name.split(".")[0] in PROJECT_PACKAGES}
+
+
+def module_file(name: str) -> Path | None:
+    path = ROOT.joinpath(*name.split("."))
+    return next((p for p in (path / "__init__.py", path.with_suffix(".py")) if p.is_file()), None)
+
+
+def stage_code(module: str, declared: Callable[[Path], bool]) -> set[Path]:
+    """The project files `module` reaches through its imports. The pipeline's plumbing (flows/*.py: tracking, params,
+    locking, ...) and the registry contract are followed only where the stage declares them: they do not make the
+    stage's outputs."""
+    seen, todo = set(), [module]
+    while todo:
+        path = module_file(todo.pop())
+        if path is None or path in seen:
+            continue
+        seen.add(path)
+        relative = path.relative_to(ROOT)
+        plumbing = relative.parts[0] == "contract" or (relative.parts[0] == "flows" and len(relative.parts) == 2)
+        if not plumbing or declared(relative):
+            todo.extend(imported_modules(path))
+    return seen
+
+
+def test_every_stage_declares_the_models_and_flow_code_it_runs():
+    """A change to a module under models/ or flows/<family>/ that a stage imports re-runs that stage: it is one of
+    the stage's deps (itself or its folder). flows.tune_command hands the stage over to flows.<family>.tune (runpy)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    undeclared = {}
+    for name, stage in stages.items():
+        command = stage["cmd"].split()
+        modules = [command[command.index("-m") + 1]]
+        if modules[0] == "flows.tune_command":
+            modules.append(f"flows.{command[-1]}.tune")
+        deps = [Path(d) for d in stage.get("deps", [])]
+        declared = lambda path: any(path == d or d in path.parents for d in deps)  # noqa: E731
+        code = set().union(*(stage_code(m, declared) for m in modules))
+        stage_made = lambda parts: parts[0] == "models" or (parts[0] == "flows" and len(parts) == 3)  # noqa: E731
+        missing = sorted(str(p.relative_to(ROOT)) for p in code
+                         if stage_made(p.relative_to(ROOT).parts) and p.name != "__init__.py"
+                         and not declared(p.relative_to(ROOT)))
+        if missing:
+            undeclared[name] = missing
+    assert undeclared == {}
