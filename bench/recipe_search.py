@@ -127,6 +127,7 @@ MOLECULE = Family(
                                     {**MOLECULE_SCHEDULE, "model.dropout": 0.0, "finetune.regression_loss": "huber"}),
         "schedule_lr1e-3": ("schedule + lr 0.001", {**MOLECULE_SCHEDULE, "finetune.lr": 0.001}),
         "schedule_hidden128": ("schedule + hidden 128", {**MOLECULE_SCHEDULE, "model.hidden": 128}),
+        "schedule_hidden300": ("schedule + hidden 300 (chemprop's width)", {**MOLECULE_SCHEDULE, "model.hidden": 300}),
         "schedule_layers4": ("schedule + 4 GINE layers", {**MOLECULE_SCHEDULE, "model.layers": 4}),
         "schedule_members5": ("schedule + 5 members", {**MOLECULE_SCHEDULE, "finetune.ensemble_size": 5}),
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members"),
