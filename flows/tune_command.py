@@ -8,6 +8,7 @@ as `python -m flows.<family>.tune` would (flows/tune.py), which reports bad para
 
 from __future__ import annotations
 
+import argparse
 import runpy
 import sys
 from pathlib import Path
@@ -41,16 +42,22 @@ def write_untuned(paths: StagePaths) -> None:
     print(f"{family} tune: off ({family}.tune.trials is 0); {target.relative_to(paths.root)} is empty")
 
 
+def _trials(params_file: str, family: str) -> int | None:
+    """`<family>.tune.trials` of `params_file`; None where it does not load (the flow's command line reports it)."""
+    try:
+        return getattr(load_params(params_file), family).tune.trials
+    except Exception:
+        return None
+
+
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in FAMILIES:
         sys.exit(f"usage: python -m flows.tune_command {{{'|'.join(FAMILIES)}}} [--params FILE]")
     family, options = argv[0], argv[1:]
-    params_file = options[options.index("--params") + 1] if "--params" in options[:-1] else "params.yaml"
-    try:
-        trials = getattr(load_params(params_file), family).tune.trials
-    except Exception:  # the flow's command line reports it
-        trials = None
-    if trials == 0:
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # the flow's option that matters here
+    parser.add_argument("--params", default="params.yaml")
+    known, others = parser.parse_known_args(options)
+    if not others and _trials(known.params, family) == 0:  # any other option (e.g. --help): the flow's command line
         hold_for_stage()
         write_untuned(FAMILIES[family])
         return

@@ -93,16 +93,23 @@ PROJECT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "torch_geometric", "optuna")  # what the tune flows load
 
 
-def _tune_command(folder: Path, family: str, tune: dict) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """`python -m flows.tune_command <family>` in `folder`, with the project's params and `<family>.tune` updated by
-    `tune`: its result, and which of HEAVY it imported (its last line of output)."""
+def _write_params(path: Path, family: str, tune: dict) -> None:
+    """The project's params with `<family>.tune` updated by `tune`, at `path`."""
     params = yaml.safe_load((PROJECT / "params.yaml").read_text())
     params[family]["tune"].update(tune)
-    (folder / "params.yaml").write_text(yaml.safe_dump(params))
+    path.write_text(yaml.safe_dump(params))
+
+
+def _tune_command(folder: Path, family: str, tune: dict, *options: str,
+                  file: str = "params.yaml") -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`python -m flows.tune_command <family> *options` in `folder`, with the project's params and `<family>.tune`
+    updated by `tune` in `file`: its result, and which of HEAVY it imported (its last line of output)."""
+    _write_params(folder / file, family, tune)
     probe = ("import runpy, sys\nsys.argv = ['flows/tune_command.py', *sys.argv[1:]]\ntry:\n"
              "    runpy.run_module('flows.tune_command', run_name='__main__')\nfinally:\n"
              f"    print([m for m in {HEAVY!r} if m in sys.modules])")
-    result = subprocess.run([sys.executable, "-c", probe, family], cwd=folder, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", probe, family, *options], cwd=folder, capture_output=True,
+                            text=True)
     return result, ast.literal_eval(result.stdout.strip().splitlines()[-1]) if result.stdout.strip() else None
 
 
@@ -117,7 +124,14 @@ def test_the_stage_command_writes_the_untuned_outputs_without_the_training_libra
 
 
 def test_the_stage_command_hands_what_it_cannot_settle_to_the_tune_flow(tmp_path):
-    """Params that do not load: the flow's command line reports them (one paragraph, status 2) and writes nothing."""
-    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"})
-    assert result.returncode == 2 and "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
+    """Params that do not load: the flow's command line reports them (one paragraph, status 2) and writes nothing;
+    the file named by --params, in either spelling, is the one read; other options (--help) are the flow's."""
+    _write_params(tmp_path / "params.yaml", "sensor", {"trials": 0})  # this file alone would be settled here
+    for options in (["--params", "other.yaml"], ["--params=other.yaml"]):
+        result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, *options,
+                                  file="other.yaml")
+        assert result.returncode == 2, (options, result.stdout)
+        assert "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
+    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0}, "--help")
+    assert result.returncode == 0 and "--params" in result.stdout and "tune: off" not in result.stdout
     assert not (tmp_path / "tuned").exists()
