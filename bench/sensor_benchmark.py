@@ -61,7 +61,7 @@ from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
 from models.sensor.network import SensorClassifier  # noqa: E402
 from models.sensor.combination import choose_rule, combined_probability, fit_rule  # noqa: E402
-from models.sensor.departure import against_own_references, first_windows, fit_reference, reference_windows  # noqa: E402
+from models.sensor.departure import against_own_references, first_windows, fit_fleet_reference, reference_windows  # noqa: E402
 from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows  # noqa: E402
 from models.sensor.training import MASK_SPAN, finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
@@ -160,15 +160,17 @@ def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, win
     against its first REFERENCE_STEPS rows (shrunk to the fleet's normal); and combined with the fleet's normal as
     every unit's reference (what a unit without its own reference gets)."""
     scored = {split: score_windows(scorer, x[split]) for split in ("train", "val", "test")}
-    healthy = windows["train"].y == 0  # training labels, flipped ones included: what a user has
-    fleet = fit_reference(scored["train"][0][healthy], scored["train"][1][healthy])
     count = reference_windows(REFERENCE_STEPS, window, stride)
+    train = windows["train"]
+    healthy = train.y == 0  # training labels, flipped ones included: what a user has
+    fleet = fit_fleet_reference(scored["train"][0][healthy], scored["train"][1][healthy], train.unit[healthy],
+                                first_windows(train.unit, train.time, count)[healthy])
 
     def features(split: str, own: bool) -> np.ndarray:
-        embeddings, errors = scored[split]
+        descriptions, errors = scored[split]
         units = windows[split].unit
         marked = first_windows(units, windows[split].time, count) if own else np.zeros(len(units), bool)
-        return against_own_references(embeddings, errors, units, marked, fleet)
+        return against_own_references(descriptions, errors, units, marked, fleet, scorer.encoder.embedding_size)
 
     val, test = windows["val"], windows["test"]
     p_val, p_test, _ = ours_probabilities(members, x["val"], val, x["test"], True, device)

@@ -81,7 +81,8 @@ class SensorPredictor:
         if not self.has_novelty:
             raise ValueError("this model has no novelty score: it takes no unit references")
         outputs = self._run(windows, None)
-        return fit_reference(outputs["embedding"], outputs["reconstruction_error"], self.fleet)
+        description = outputs.get("description", outputs.get("embedding"))  # "embedding": exported before 2026-12-06
+        return fit_reference(description, outputs["reconstruction_error"], self.fleet)
 
 
 class MoleculePredictor:

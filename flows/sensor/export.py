@@ -119,8 +119,8 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     if novelty["enabled"]:
         card["novelty"] = {key: novelty[key] for key in ("fleet_reference", "reference_steps", "reference_windows",
                                                          "thresholds", "calibration", "combination")}
-        card["inputs"].update({"reference_mean": "(batch, embedding) float32: each window's unit reference",
-                               "reference_scale": "(batch, embedding) float32",
+        card["inputs"].update({"reference_mean": "(batch, description) float32: each window's unit reference",
+                               "reference_scale": "(batch, description) float32",
                                "reference_log_error": "(batch,) float32"})
         card["outputs"] = alert.OUTPUTS
     predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)

@@ -1,7 +1,8 @@
 """Stage `sensor_novelty`: the departure-from-normal score of the pretrained encoder and decoder, fitted on validation.
 
-The fleet's normal is the training windows labelled healthy; each validation unit is scored against its first
-`reference_steps` rows (shrunk to the fleet's normal, models/sensor/departure.py). The two departure numbers are
+The fleet's normal is the training windows labelled healthy (and how much its units vary within their first
+`reference_steps` rows); each validation unit is scored against its own first rows (their spread shrunk to the
+fleet's, models/sensor/departure.py). The three departure numbers are
 calibrated into a probability of "abnormal" (a monotone logistic regression), and a combination rule with the
 calibrated failure probability is chosen by cross-fitted validation NLL (models/sensor/combination.py). The export
 stage puts all of it in the ONNX graph (models/sensor/alert.py)."""
@@ -23,7 +24,7 @@ from flows.tracking import stage_run
 from models.calibration import calibrated_probability, choose_threshold
 from models.metrics import classification_metrics
 from models.sensor.combination import choose_rule, combined_probability
-from models.sensor.departure import (against_own_references, first_windows, fit_reference, reference_to_dict,
+from models.sensor.departure import (against_own_references, first_windows, fit_fleet_reference, reference_to_dict,
                                      reference_windows)
 from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows
 
@@ -48,13 +49,15 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
         members, featurizer, _ = load_ensemble(SENSOR.finetuned)
         prepared = load_windows()
         train, val = prepared.windows["train"], prepared.windows["val"]
-        train_embeddings, train_errors = score(scorer, featurizer.transform(train.X))
-        healthy = train.y == 0
-        fleet = fit_reference(train_embeddings[healthy], train_errors[healthy])
         count = reference_windows(cfg.reference_steps, prepared.report["window"], prepared.report["stride"])
+        train_descriptions, train_errors = score(scorer, featurizer.transform(train.X))
+        healthy = train.y == 0
+        fleet = fit_fleet_reference(train_descriptions[healthy], train_errors[healthy], train.unit[healthy],
+                                    first_windows(train.unit, train.time, count)[healthy])
         val_x = featurizer.transform(val.X)
         departures = against_own_references(*score(scorer, val_x), val.unit,
-                                            first_windows(val.unit, val.time, count), fleet)
+                                            first_windows(val.unit, val.time, count), fleet,
+                                            scorer.encoder.embedding_size)
         calibrator = NoveltyCalibrator().fit(departures, val.y)
         p_novel = calibrator.predict_proba(departures)
         calibration = read_json(SENSOR.calibration)

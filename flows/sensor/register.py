@@ -27,15 +27,15 @@ from models.predictors import SensorPredictor
 
 def signature(card: dict) -> ModelSignature:
     """Dynamic batch and time; 2C feature channels (values, then observed-masks); with the novelty score, each
-    window's unit reference (E embedding dimensions) in, the novelty outputs out."""
+    window's unit reference (its D description dimensions) in, the novelty outputs out."""
     float32 = np.dtype(np.float32)
     channels = 2 * len(card["channels"])
-    embedding = len(card["novelty"]["fleet_reference"]["mean"]) if "novelty" in card else None
-    input_shapes = {"features": (-1, channels, -1), "reference_mean": (-1, embedding),
-                    "reference_scale": (-1, embedding), "reference_log_error": (-1,)}
+    description = len(card["novelty"]["fleet_reference"]["mean"]) if "novelty" in card else None
+    input_shapes = {"features": (-1, channels, -1), "reference_mean": (-1, description),
+                    "reference_scale": (-1, description), "reference_log_error": (-1,)}
     return ModelSignature(
         inputs=Schema([TensorSpec(float32, input_shapes[name], name) for name in card["inputs"]]),
-        outputs=Schema([TensorSpec(float32, (-1, embedding) if name == "embedding" else (-1,), name)
+        outputs=Schema([TensorSpec(float32, (-1, description) if name == "description" else (-1,), name)
                         for name in card["outputs"]]),
     )
 

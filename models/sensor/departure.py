@@ -1,11 +1,15 @@
 """A unit's normal and a window's departure from it (numpy only: the service fits references with it).
 
-A unit's reference (`fit_reference`) is the mean and spread of the embeddings of its healthy windows and the log of
-their typical reconstruction error (models/sensor/novelty.py scores them), shrunk towards the training fleet's normal
-by PRIOR_WINDOWS windows' worth, so that a short reference is not over-trusted; a unit without one is scored against
-the fleet's. A window's departure (`departure`) is two numbers: the log of the mean squared standardised distance of
-its embedding from the reference over the E embedding dimensions, and the log of its reconstruction error over the
-reference's typical error.
+A window is described by the pretrained encoder's embedding (E) and its channels' means (C, the observed values in
+WindowFeaturizer's standardised units): one (E + C,) vector (models/sensor/novelty.py). A unit's reference
+(`fit_reference`) is the mean and spread of the descriptions of its healthy windows and the log of their typical
+reconstruction error. Its mean is the unit's own (operating points differ between units: a pump at 32 or at 127 L/min
+is normal either way); its spread and error are shrunk towards the fleet's by PRIOR_WINDOWS windows' worth, so that
+a short reference is not over-trusted, the spread towards how much the fleet's units vary *within* their own
+reference periods (`fit_fleet_reference`). A unit without a reference is scored against the fleet's normal, its mean
+and its whole spread. A window's departure (`departure`) is three numbers: the log of the mean squared standardised
+distance from the reference over the embedding's dimensions, the same over the channel means, and the log of its
+reconstruction error over the reference's typical error.
 """
 
 from __future__ import annotations
@@ -31,39 +35,62 @@ def first_windows(units: np.ndarray, times: np.ndarray, count: int) -> np.ndarra
 
 @dataclass(frozen=True)
 class Reference:
-    """A unit's normal: embedding mean and spread (E,), the log of its typical reconstruction error, and how many
-    windows it was fitted on (0: none, the fleet's normal stands in)."""
+    """A unit's normal: description mean and spread (D,), the log of its typical reconstruction error, and how many
+    windows it was fitted on (0: none, the fleet's normal stands in). The fleet's reference also holds `within` (D,),
+    the spread of its units' descriptions within their own reference periods; a fleet reference without it (models
+    exported before 2026-12-06) shrinks a unit's mean and spread towards its own mean and spread instead."""
 
     mean: np.ndarray
     scale: np.ndarray
     log_error: float
     windows: int
+    within: np.ndarray | None = None
 
 
-def fit_reference(embeddings: np.ndarray, errors: np.ndarray, prior: Reference | None = None) -> Reference:
-    """The reference of n healthy windows: embeddings (n, E), errors (n,). With a `prior` (the fleet's) the moments
-    are shrunk towards it by PRIOR_WINDOWS; n = 0 gives the prior itself (with windows 0)."""
-    n = len(embeddings)
+def fit_reference(descriptions: np.ndarray, errors: np.ndarray, prior: Reference | None = None) -> Reference:
+    """The reference of n healthy windows: descriptions (n, D), errors (n,). With a `prior` (the fleet's) the spread
+    and error are shrunk towards it by PRIOR_WINDOWS (the mean too, for a prior without `within`); n = 0 gives the
+    prior itself (with windows 0)."""
+    n = len(descriptions)
     if n == 0:
         if prior is None:
             raise ValueError("a reference needs at least one window, or the fleet's reference to stand in")
         return Reference(prior.mean, prior.scale, prior.log_error, 0)
-    mean, variance = embeddings.mean(axis=0), embeddings.var(axis=0)
+    mean, variance = descriptions.mean(axis=0), descriptions.var(axis=0)
     log_error = float(np.log(errors + EPS).mean())
     if prior is not None:
         own = n / (n + PRIOR_WINDOWS)
-        variance = own * variance + (1 - own) * prior.scale ** 2
-        mean = own * mean + (1 - own) * prior.mean
+        spread = prior.scale if prior.within is None else prior.within
+        variance = own * variance + (1 - own) * spread ** 2
+        if prior.within is None:
+            mean = own * mean + (1 - own) * prior.mean
         log_error = own * log_error + (1 - own) * prior.log_error
     return Reference(mean.astype(np.float32), np.sqrt(variance + EPS).astype(np.float32), log_error, n)
 
 
-def departure(embeddings: np.ndarray, errors: np.ndarray, mean: np.ndarray, scale: np.ndarray,
-              log_error: np.ndarray) -> np.ndarray:
-    """Each window against its unit's reference: embeddings (n, E), errors (n,), mean and scale (n, E), log_error (n,)
-    -> (n, 2): [log mean squared standardised distance, log error - the reference's log error]."""
-    distance = np.mean(((embeddings - mean) / scale) ** 2, axis=1)
-    return np.stack([np.log(distance + EPS), np.log(errors + EPS) - log_error], axis=1).astype(np.float32)
+def fit_fleet_reference(descriptions: np.ndarray, errors: np.ndarray, units: np.ndarray,
+                        reference: np.ndarray) -> Reference:
+    """The fleet's normal from its healthy windows: descriptions (n, D), errors (n,), units (n,); `reference` (n,)
+    bool marks each unit's reference period, over which `within` (D,) is the root mean squared deviation from that
+    unit's own mean."""
+    fleet = fit_reference(descriptions, errors)
+    deviations = [descriptions[rows] - descriptions[rows].mean(axis=0)
+                  for rows in (reference & (units == unit) for unit in np.unique(units[reference]))]
+    if not deviations:
+        raise ValueError("the fleet's reference needs at least one unit with a marked reference period")
+    within = np.sqrt((np.concatenate(deviations) ** 2).mean(axis=0) + EPS).astype(np.float32)
+    return Reference(fleet.mean, fleet.scale, fleet.log_error, fleet.windows, within)
+
+
+def departure(descriptions: np.ndarray, errors: np.ndarray, mean: np.ndarray, scale: np.ndarray,
+              log_error: np.ndarray, embedding_size: int) -> np.ndarray:
+    """Each window against its unit's reference: descriptions (n, D) whose first `embedding_size` columns are the
+    embedding, errors (n,), mean and scale (n, D), log_error (n,) -> (n, 3): [log mean squared standardised distance
+    over the embedding, the same over the channel means, log error - the reference's log error]."""
+    squared = ((descriptions - mean) / scale) ** 2
+    return np.stack([np.log(squared[:, :embedding_size].mean(axis=1) + EPS),
+                     np.log(squared[:, embedding_size:].mean(axis=1) + EPS),
+                     np.log(errors + EPS) - log_error], axis=1).astype(np.float32)
 
 
 def reference_windows(reference_steps: int, window: int, stride: int) -> int:
@@ -71,24 +98,27 @@ def reference_windows(reference_steps: int, window: int, stride: int) -> int:
     return max(1, (reference_steps - window) // stride + 1)
 
 
-def against_own_references(embeddings: np.ndarray, errors: np.ndarray, units: np.ndarray, reference: np.ndarray,
-                           fleet: Reference) -> np.ndarray:
-    """Departures (n, 2) of n windows, each against its unit's reference fitted on the windows marked in `reference`
+def against_own_references(descriptions: np.ndarray, errors: np.ndarray, units: np.ndarray, reference: np.ndarray,
+                           fleet: Reference, embedding_size: int) -> np.ndarray:
+    """Departures (n, 3) of n windows, each against its unit's reference fitted on the windows marked in `reference`
     (n,) bool (shrunk to `fleet`; a unit with none marked gets the fleet's)."""
-    mean, scale = np.empty_like(embeddings), np.empty_like(embeddings)
+    mean, scale = np.empty_like(descriptions), np.empty_like(descriptions)
     log_error = np.empty(len(units), np.float32)
     for unit in np.unique(units):
         rows = units == unit
-        own = fit_reference(embeddings[rows & reference], errors[rows & reference], fleet)
+        own = fit_reference(descriptions[rows & reference], errors[rows & reference], fleet)
         mean[rows], scale[rows], log_error[rows] = own.mean, own.scale, own.log_error
-    return departure(embeddings, errors, mean, scale, log_error)
+    return departure(descriptions, errors, mean, scale, log_error, embedding_size)
 
 
 def reference_to_dict(reference: Reference) -> dict:
+    within = {} if reference.within is None else {"within": reference.within.tolist()}
     return {"mean": reference.mean.tolist(), "scale": reference.scale.tolist(), "log_error": reference.log_error,
-            "windows": reference.windows}
+            "windows": reference.windows, **within}
 
 
 def reference_from_dict(data: dict) -> Reference:
+    within = data.get("within")
     return Reference(np.asarray(data["mean"], np.float32), np.asarray(data["scale"], np.float32),
-                     float(data["log_error"]), int(data["windows"]))
+                     float(data["log_error"]), int(data["windows"]),
+                     None if within is None else np.asarray(within, np.float32))

@@ -1,10 +1,10 @@
 """Departure from a unit's own normal behaviour, scored by the pretrained encoder and its masked-reconstruction decoder.
 
-`NoveltyScorer` gives a window's embedding and its masked-reconstruction error: every time step is hidden once, by
-PATTERNS fixed interleaved span masks, so the score is deterministic (and exportable). models/sensor/departure.py
-compares both with the unit's reference; `NoveltyCalibrator` maps the two departure numbers to a probability of
-"abnormal" by a logistic regression on validation windows whose weights cannot be negative: departing further never
-lowers the probability, whatever fault types validation happens to hold.
+`NoveltyScorer` gives a window's description (its embedding and its channels' means) and its masked-reconstruction
+error: every time step is hidden once, by PATTERNS fixed interleaved span masks, so the score is deterministic (and
+exportable). models/sensor/departure.py compares both with the unit's reference; `NoveltyCalibrator` maps the three
+departure numbers to a probability of "abnormal" by a logistic regression on validation windows whose weights cannot
+be negative: departing further never lowers the probability, whatever fault types validation happens to hold.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ PATTERNS = 4  # span masks: step t is hidden by pattern (t // span) % PATTERNS, 
 
 
 class NoveltyScorer(nn.Module):
-    """The pretrained encoder and decoder as a scorer: x (B, 2C, T) -> (embedding (B, E), reconstruction error (B,)).
+    """The pretrained encoder and decoder as a scorer: x (B, 2C, T) -> (description (B, E + C), reconstruction error
+    (B,)).
 
-    The error is the mean squared error of the observed values, each reconstructed with its span hidden (the values
+    The description is the encoder's embedding followed by the mean of each channel's observed values (0 for a
+    channel with none): where a fault moves a channel's level, the window departs from its unit's reference there
+    even when the encoder, trained on other faults, does not tell it apart. The error is the mean squared error of the observed values, each reconstructed with its span hidden (the values
     and observed-masks of the hidden steps zeroed, as in pretraining); a window with nothing observed scores 0.
     """
 
@@ -32,6 +35,10 @@ class NoveltyScorer(nn.Module):
         super().__init__()
         self.encoder, self.decoder = encoder, decoder
         self.n_channels, self.span = n_channels, span
+
+    @property
+    def description_size(self) -> int:
+        return self.encoder.embedding_size + self.n_channels
 
     def hidden_steps(self, length: int) -> torch.Tensor:
         """(PATTERNS, T) bool: pattern k hides the steps t with (t // span) % PATTERNS == k."""
@@ -48,17 +55,19 @@ class NoveltyScorer(nn.Module):
         target = (hidden.view(PATTERNS, 1, 1, length) & (x[:, c:] > 0.5).unsqueeze(0)).to(x.dtype)  # (K, B, C, T)
         squared = (recon - x[:, :c].unsqueeze(0)) ** 2 * target
         error = squared.sum(dim=(0, 2, 3)) / target.sum(dim=(0, 2, 3)).clamp(min=1.0)
-        return self.encoder(x), error
+        observed = x[:, c:]
+        means = (x[:, :c] * observed).sum(dim=-1) / observed.sum(dim=-1).clamp(min=1.0)
+        return torch.cat([self.encoder(x), means], dim=-1), error
 
 
 @torch.no_grad()
 def score_windows(scorer: NoveltyScorer, features: np.ndarray, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
-    """features (n, 2C, T) -> (embeddings (n, E), reconstruction errors (n,)), in eval mode on the CPU."""
+    """features (n, 2C, T) -> (descriptions (n, E + C), reconstruction errors (n,)), in eval mode on the CPU."""
     scorer.eval().cpu()
     parts = [scorer(torch.from_numpy(np.ascontiguousarray(features[idx]))) for idx in index_batches(len(features),
                                                                                                      batch_size, None)]
     if not parts:
-        return np.empty((0, scorer.encoder.embedding_size), np.float32), np.empty(0, np.float32)
+        return np.empty((0, scorer.description_size), np.float32), np.empty(0, np.float32)
     return torch.cat([p[0] for p in parts]).numpy(), torch.cat([p[1] for p in parts]).numpy()
 
 
@@ -82,7 +91,7 @@ def fit_monotone_logistic(features: np.ndarray, y: np.ndarray, l2: float = 1e-3)
 
 
 class NoveltyCalibrator:
-    """`fit(features (n, 2), y (n,))` on validation windows; `predict_proba(features) -> (n,)` P(abnormal)."""
+    """`fit(features (n, 3), y (n,))` on validation windows; `predict_proba(features) -> (n,)` P(abnormal)."""
 
     def fit(self, features: np.ndarray, y: np.ndarray) -> NoveltyCalibrator:
         if len(np.unique(y)) < 2:

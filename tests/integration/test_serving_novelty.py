@@ -20,7 +20,7 @@ from models.export import export_onnx
 from models.sensor.alert import INPUT_AXES, OUTPUTS, AlertModel
 from models.sensor.calibrated import calibrated_ensemble
 from models.sensor.config import SensorModelConfig, SensorPretrainConfig
-from models.sensor.departure import fit_reference, reference_to_dict
+from models.sensor.departure import fit_fleet_reference, reference_to_dict
 from models.sensor.network import SensorClassifier
 from models.sensor.novelty import NoveltyScorer, score_windows
 from models.sensor.training import MASK_SPAN, pretrain_encoder
@@ -61,11 +61,12 @@ def novelty_store(tmp_path_factory) -> ModelStore:
     scorer = NoveltyScorer(encoder, decoder, len(CHANNELS), MASK_SPAN).eval()
     torch.manual_seed(0)
     members = [SensorClassifier(2 * len(CHANNELS), TINY).eval() for _ in range(2)]
-    calibration = {"weights": [1.0, 1.0], "intercept": -2.0}
+    calibration = {"weights": [1.0, 1.0, 1.0], "intercept": -2.0}
     combination = {"rule": "max", "weights": [0.0, 0.0, 1.0], "intercept": 0.0}
     model = AlertModel(calibrated_ensemble(members, {"method": "temperature", "temperature": 1.0}), scorer,
                        calibration, combination).eval()
-    fleet = fit_reference(*score_windows(scorer, features))
+    fleet = fit_fleet_reference(*score_windows(scorer, features), np.repeat(np.arange(16), 16),
+                                np.tile(np.arange(16) < 8, 16))
     example = {"features": features[:4], "reference_mean": np.tile(fleet.mean, (4, 1)),
                "reference_scale": np.tile(fleet.scale, (4, 1)),
                "reference_log_error": np.full(4, fleet.log_error, np.float32)}

@@ -1,7 +1,8 @@
 """The departure-from-normal score (models/sensor/novelty.py) and its combination with the supervised probability
-(models/sensor/combination.py), with references and departures (models/sensor/departure.py): every observed value reconstructed once with its span hidden, references shrunk to
-the fleet's, monotone calibration, the earliest windows of each unit, the score rising on a fault no training
-window showed, the combination rule chosen by cross-fitted validation NLL, and the combined ONNX graph's parity."""
+(models/sensor/combination.py), with references and departures (models/sensor/departure.py): every observed value
+reconstructed once with its span hidden, a unit's own mean with its spread shrunk to the fleet's within-unit spread,
+monotone calibration, the earliest windows of each unit, the score rising on faults no training window showed, the
+combination rule chosen by cross-fitted validation NLL, and the combined ONNX graph's parity."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from models.sensor.combination import RULES, choose_rule, combined_probability, 
 from models.sensor.config import SensorModelConfig, SensorPretrainConfig
 from models.sensor.encoder import SensorEncoder
 from models.sensor.network import SensorClassifier
-from models.sensor.departure import PRIOR_WINDOWS, departure, first_windows, fit_reference
+from models.sensor.departure import (PRIOR_WINDOWS, departure, first_windows, fit_fleet_reference, fit_reference,
+                                     reference_from_dict, reference_to_dict)
 from models.sensor.novelty import PATTERNS, NoveltyCalibrator, NoveltyScorer, fit_monotone_logistic, score_windows
 from models.sensor.training import MASK_SPAN, pretrain_encoder
 
@@ -45,7 +47,7 @@ def test_every_observed_value_is_reconstructed_once_with_its_span_hidden():
     x[:, :3] *= x[:, 3:]
     x[4, 3:] = 0.0  # a window with nothing observed
     with torch.no_grad():
-        embedding, error = scorer(x)
+        description, error = scorer(x)
         squared, count = torch.zeros(5), torch.zeros(5)
         for k in range(PATTERNS):
             keep = (~hidden[k]).float()
@@ -55,33 +57,59 @@ def test_every_observed_value_is_reconstructed_once_with_its_span_hidden():
             count += target.sum(dim=(1, 2))
         expected = squared / count.clamp(min=1)
         assert torch.allclose(error, expected, rtol=1e-5, atol=1e-6)
-        assert torch.allclose(embedding, encoder(x))
-    assert error[4] == 0
+        assert torch.allclose(description[:, :2 * TINY.hidden], encoder(x))
+        observed_means = (x[:, :3] * x[:, 3:]).sum(dim=-1) / x[:, 3:].sum(dim=-1).clamp(min=1)
+        assert torch.allclose(description[:, 2 * TINY.hidden:], observed_means, atol=1e-6)  # missing values not counted
+    assert error[4] == 0 and (description[4, 2 * TINY.hidden:] == 0).all()
 
 
-def test_a_reference_is_shrunk_towards_the_fleet_by_its_length():
+def test_a_unit_keeps_its_own_mean_and_its_spread_is_shrunk_to_the_fleet_s_within_unit_spread():
     rng = np.random.default_rng(0)
-    fleet = fit_reference(rng.normal(0, 1, (4000, 3)), np.full(4000, 0.1))
-    assert np.allclose(fleet.mean, 0, atol=0.05) and np.allclose(fleet.scale, 1, atol=0.05)
+    levels = rng.choice([0.0, 10.0], 40)  # two operating points across the fleet
+    descriptions = np.repeat(levels, 100)[:, None] + rng.normal(0, 0.5, (4000, 3))
+    units = np.repeat(np.arange(40), 100)
+    marked = np.tile(np.arange(100) < 20, 40)
+    fleet = fit_fleet_reference(descriptions, np.full(4000, 0.1), units, marked)
+    assert np.allclose(fleet.within, 0.5, atol=0.05)  # within units, not the 5-unit spread between them
+    assert (fleet.scale > 4).all() and np.allclose(fleet.mean, descriptions.mean(0))
     none = fit_reference(np.empty((0, 3)), np.empty(0), fleet)
-    assert none.windows == 0 and np.array_equal(none.mean, fleet.mean)
-    own = rng.normal(5, 0.2, (400, 3))
+    assert none.windows == 0 and np.array_equal(none.mean, fleet.mean) and np.array_equal(none.scale, fleet.scale)
+    own = rng.normal(10, 0.2, (400, 3))
     long = fit_reference(own, np.full(400, 1.0), fleet)
     short = fit_reference(own[:8], np.full(8, 1.0), fleet)
-    assert np.allclose(long.mean, 5, atol=0.15) and np.allclose(long.scale, 0.2, atol=0.25)
+    assert np.allclose(short.mean, own[:8].mean(0), atol=1e-5)  # its own operating point, not pulled to the fleet's
     weight = 8 / (8 + PRIOR_WINDOWS)
-    assert np.allclose(short.mean, weight * own[:8].mean(0) + (1 - weight) * fleet.mean, atol=1e-5)
-    assert (short.scale > long.scale).all()  # a short reference is not trusted to be as tight
+    assert np.allclose(short.scale ** 2, weight * own[:8].var(0) + (1 - weight) * fleet.within ** 2, rtol=1e-4)
+    assert np.allclose(long.scale, 0.2, atol=0.05) and (short.scale > long.scale).all()
     assert short.log_error == pytest.approx(weight * np.log(1.0) + (1 - weight) * np.log(0.1), abs=1e-4)
+    assert reference_from_dict(reference_to_dict(fleet)).within.tolist() == fleet.within.tolist()
     with pytest.raises(ValueError, match="at least one window"):
         fit_reference(np.empty((0, 3)), np.empty(0))
+    with pytest.raises(ValueError, match="marked reference period"):
+        fit_fleet_reference(descriptions, np.full(4000, 0.1), units, np.zeros(4000, bool))
 
 
-def test_departure_measures_distance_and_error_against_each_windows_reference():
-    mean, scale = np.zeros((2, 2), np.float32), np.ones((2, 2), np.float32)
-    got = departure(np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([0.1, 1.0]), mean, scale, np.log([0.1, 0.1]))
+def test_a_fleet_reference_without_the_within_unit_spread_shrinks_mean_and_spread_as_before():
+    """Models exported before the within-unit spread: their novelty calibration was fitted on references shrunk
+    towards the fleet's mean and whole spread, so the service still fits theirs that way."""
+    rng = np.random.default_rng(1)
+    legacy = reference_from_dict({"mean": [0.0, 0.0], "scale": [2.0, 2.0], "log_error": np.log(0.1), "windows": 500})
+    own = rng.normal(5, 0.2, (8, 2))
+    short = fit_reference(own, np.full(8, 1.0), legacy)
+    weight = 8 / (8 + PRIOR_WINDOWS)
+    assert legacy.within is None
+    assert np.allclose(short.mean, weight * own.mean(0), atol=1e-5)
+    assert np.allclose(short.scale ** 2, weight * own.var(0) + (1 - weight) * 4.0, rtol=1e-4)
+
+
+def test_departure_measures_distances_and_error_against_each_windows_reference():
+    mean, scale = np.zeros((2, 4), np.float32), np.ones((2, 4), np.float32)
+    descriptions = np.array([[0.0, 0.0, 1.0, 1.0], [3.0, 4.0, 0.0, 2.0]])  # embedding (2), channel means (2)
+    got = departure(descriptions, np.array([0.1, 1.0]), mean, scale, np.log([0.1, 0.1]), embedding_size=2)
+    assert got.shape == (2, 3)
     assert got[1, 0] == pytest.approx(np.log(12.5), abs=1e-4)  # mean of 9 and 16
-    assert got[0, 1] == pytest.approx(0, abs=1e-4) and got[1, 1] == pytest.approx(np.log(10), abs=1e-4)
+    assert got[0, 1] == pytest.approx(0, abs=1e-4) and got[1, 1] == pytest.approx(np.log(2), abs=1e-4)
+    assert got[0, 2] == pytest.approx(0, abs=1e-4) and got[1, 2] == pytest.approx(np.log(10), abs=1e-4)
 
 
 def test_the_monotone_logistic_never_weighs_a_departure_negatively():
@@ -102,10 +130,10 @@ def test_the_earliest_windows_of_each_unit_are_its_reference_whatever_the_order(
     assert first_windows(units, times, 2).tolist() == [False, False, True, True, True, True, True]
 
 
-def test_the_novelty_score_rises_on_a_fault_no_training_window_showed():
-    """Pretrained on healthy windows only; the injected fault (one channel's swing tripled, a kind the training data
-    never shows) departs from the unit's own reference in both the embedding and the reconstruction error, where
-    windows of the same unit without it do not."""
+def test_the_novelty_score_rises_on_faults_no_training_window_showed():
+    """Pretrained on healthy windows only; two injected faults of kinds the training data never shows depart from the
+    unit's own reference where windows of the same unit without them do not: one channel's swing tripled (the
+    embedding and the reconstruction error), one channel's level moved by its swing's size (the channel means)."""
     rng = np.random.default_rng(0)
     train = healthy(512, rng)
     featurizer = WindowFeaturizer(CHANNELS).fit(train)
@@ -113,20 +141,22 @@ def test_the_novelty_score_rises_on_a_fault_no_training_window_showed():
                                            SensorPretrainConfig(epochs=6, batch_size=64, lr=0.003, seed=0),
                                            torch.device("cpu"))
     scorer = NoveltyScorer(encoder, decoder, len(CHANNELS), MASK_SPAN)
-    fleet = fit_reference(*score_windows(scorer, featurizer.transform(train)))
+    units = np.repeat(np.arange(16), 32)
+    fleet = fit_fleet_reference(*score_windows(scorer, featurizer.transform(train)), units, np.tile(np.arange(32) < 8, 16))
     reference, clean = healthy(24, rng), healthy(200, rng)
-    faulty = clean.copy()
-    faulty[:, 1] *= 3.0
+    swing, level = clean.copy(), clean.copy()
+    swing[:, 1] *= 3.0
+    level[:, 2] += 1.0
     ref = fit_reference(*score_windows(scorer, featurizer.transform(reference)), fleet)
     scores = {}
-    for name, windows in (("clean", clean), ("faulty", faulty)):
-        embeddings, errors = score_windows(scorer, featurizer.transform(windows))
+    for name, windows in (("clean", clean), ("swing", swing), ("level", level)):
+        descriptions, errors = score_windows(scorer, featurizer.transform(windows))
         n = len(windows)
-        scores[name] = departure(embeddings, errors, np.tile(ref.mean, (n, 1)), np.tile(ref.scale, (n, 1)),
-                                 np.full(n, ref.log_error))
+        scores[name] = departure(descriptions, errors, np.tile(ref.mean, (n, 1)), np.tile(ref.scale, (n, 1)),
+                                 np.full(n, ref.log_error), scorer.encoder.embedding_size)
     labels = np.r_[np.zeros(200), np.ones(200)]
-    for column in range(2):  # 0: embedding distance, 1: reconstruction error
-        assert roc_auc_score(labels, np.r_[scores["clean"][:, column], scores["faulty"][:, column]]) > 0.9
+    for fault, column in (("swing", 0), ("swing", 2), ("level", 1)):  # embedding, error; channel means
+        assert roc_auc_score(labels, np.r_[scores["clean"][:, column], scores[fault][:, column]]) > 0.9, (fault, column)
 
 
 def test_the_rule_of_lowest_cross_fitted_nll_is_chosen_and_stays_calibrated():
@@ -156,12 +186,12 @@ def test_the_combined_graph_answers_in_onnx_runtime_as_in_pytorch_and_as_the_num
     members = [SensorClassifier(6, TINY).fit_statistics(x).eval() for _ in range(2)]
     ensemble = calibrated_ensemble(members, {"method": "temperature", "temperature": 1.5})
     scorer = NoveltyScorer(SensorEncoder(6, TINY), torch.nn.Conv1d(TINY.hidden, 3, 1), 3, MASK_SPAN).eval()
-    novelty = {"weights": [0.8, 0.5], "intercept": -1.0}
+    novelty = {"weights": [0.8, 0.3, 0.5], "intercept": -1.0}
     rule = {"rule": "stacker", "weights": [1.0, 0.7, 0.0], "intercept": -0.2}
     model = AlertModel(ensemble, scorer, novelty, rule).eval()
 
     def inputs(n: int) -> dict[str, np.ndarray]:
-        size = 2 * TINY.hidden
+        size = scorer.description_size
         return {"features": featurizer.transform(healthy(n, rng)),
                 "reference_mean": rng.normal(size=(n, size)).astype(np.float32),
                 "reference_scale": rng.uniform(0.5, 2, (n, size)).astype(np.float32),
@@ -175,8 +205,8 @@ def test_the_combined_graph_answers_in_onnx_runtime_as_in_pytorch_and_as_the_num
         expected = model(*(torch.from_numpy(v) for v in feeds.values()))
     for name, value in zip(OUTPUTS, expected):
         assert np.allclose(got[name], value.numpy(), atol=1e-5, rtol=1e-4), name
-    departures = departure(got["embedding"], got["reconstruction_error"], feeds["reference_mean"],
-                           feeds["reference_scale"], feeds["reference_log_error"])
+    departures = departure(got["description"], got["reconstruction_error"], feeds["reference_mean"],
+                           feeds["reference_scale"], feeds["reference_log_error"], scorer.encoder.embedding_size)
     p_novel = 1 / (1 + np.exp(-(departures @ np.array(novelty["weights"]) + novelty["intercept"])))
     assert np.allclose(got["novelty"], p_novel, atol=1e-5)
     assert np.allclose(got["combined"], combined_probability(got["probability"], got["novelty"], rule), atol=1e-5)
