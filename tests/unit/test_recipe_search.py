@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.recipe_search import FAMILIES, SENSOR, choose, incumbent, seed_scores, summarise
+from bench.recipe_search import CPU_BUDGET_SECONDS, FAMILIES, SENSOR, choose, incumbent, seed_scores, summarise
 from flows.params import load_params, with_overrides
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -77,6 +77,19 @@ def test_the_choice_is_the_cheapest_recipe_within_one_standard_error_of_the_lead
         assert verdict["within_one_se"] == ["bce_long", "robust"]
     behind = verdict["behind_leader"]["focal_long"]
     assert behind["mean"] > behind["standard_error"] > 0
+
+
+def test_a_recipe_over_the_cpu_budget_is_reported_but_not_chosen():
+    runs = []
+    for seed in range(3):
+        runs += _runs("baseline", BASE, seed) + _runs("robust", {k: v + 0.01 for k, v in BASE.items()}, seed)
+        runs += _runs("focal_long", {k: v + 0.05 + 0.01 * seed for k, v in BASE.items()}, seed)
+    slow = _with_seconds(_with_seconds(runs, "focal_long", CPU_BUDGET_SECONDS + 1), "robust", 2.0)
+    verdict = choose(summarise(SENSOR, slow), seed_scores(SENSOR, slow))
+    assert verdict["leader_any_cost"] == "focal_long" and verdict["leader"] == "robust"
+    assert verdict["chosen"] == "robust" and "focal_long" not in verdict["behind_leader"]
+    unlimited = choose(summarise(SENSOR, slow), seed_scores(SENSOR, slow), budget=None)
+    assert unlimited["leader"] == unlimited["chosen"] == unlimited["leader_any_cost"] == "focal_long"
 
 
 def test_params_yaml_holds_the_rule_s_choice_of_the_committed_search():
