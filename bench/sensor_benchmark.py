@@ -157,7 +157,7 @@ def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device,
 def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, window: int, stride: int,
                      device) -> dict:
     """Novelty only, and combined with the supervised probability by the rule validation chooses, each unit scored
-    against its first REFERENCE_STEPS rows (shrunk to the fleet's normal); and combined with the fleet's normal as
+    against its first REFERENCE_STEPS rows (its own mean, the spread shrunk to the fleet's within-unit spread); and combined with the fleet's normal as
     every unit's reference (what a unit without its own reference gets)."""
     scored = {split: score_windows(scorer, x[split]) for split in ("train", "val", "test")}
     count = reference_windows(REFERENCE_STEPS, window, stride)
