@@ -244,6 +244,16 @@ data of the developer datasets' size and has 10 minutes on 2 cores for everythin
 reported as the leader at any cost, a candidate for params.yaml's `gpu:` section, not chosen for the CPU."""
 
 
+def _most_seeded(rows: dict) -> list[str]:
+    """The recipes of `rows` scored on the most seeds."""
+    most = max((len(_seeds(row)) for row in rows.values()), default=0)
+    return [name for name, row in rows.items() if len(_seeds(row)) == most]
+
+
+def _leader(pool: list[str], scored: dict) -> str | None:
+    return max(pool, key=lambda n: scored[n]["score"], default=None)
+
+
 def choose(summary: dict, per_seed: dict[str, dict[int, float]], budget: float | None = CPU_BUDGET_SECONDS) -> dict:
     """The rule's choice, by the one-standard-error rule (Breiman et al. 1984) with cost as the simplicity: among the
     recipes scored on the most seeds (a seed moves every recipe's score alike, so a score over fewer seeds is not
@@ -253,15 +263,11 @@ def choose(summary: dict, per_seed: dict[str, dict[int, float]], budget: float |
     the leader, those within, each one's deficit (mean, standard error) and the leader of every cost
     (`leader_any_cost`)."""
     scored = {name: row for name, row in summary.items() if row["score"] is not None}
-    most = max((len(_seeds(row)) for row in scored.values()), default=0)
-    any_cost = max((n for n, row in scored.items() if len(_seeds(row)) == most), key=lambda n: scored[n]["score"],
-                   default=None)
-    scored = {name: row for name, row in scored.items() if budget is None or seconds(row) <= budget}
-    if not scored:
+    any_cost = _leader(_most_seeded(scored), scored)
+    pool = _most_seeded({name: row for name, row in scored.items() if budget is None or seconds(row) <= budget})
+    if not pool:
         return {"chosen": None, "leader": None, "within_one_se": [], "behind_leader": {}, "leader_any_cost": any_cost}
-    most = max(len(_seeds(row)) for row in scored.values())
-    pool = [name for name, row in scored.items() if len(_seeds(row)) == most]
-    leader = max(pool, key=lambda n: scored[n]["score"])
+    leader = _leader(pool, scored)
     behind = {}
     for name in pool:
         if name != leader:
