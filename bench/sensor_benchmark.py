@@ -8,8 +8,11 @@ Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results a
 bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
 "<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
 
-Variants of ours: `full` (pretrained encoder, window-statistics branch, robust loss (GCE) + mixup, calibration
-chosen on validation), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
+Variants of ours: `full` (pretrained encoder, window-statistics branch, relative channels (each channel also against
+its unit's level over its first `reference_steps` rows, data/sensors/featurize.py), robust loss (GCE) + mixup,
+calibration chosen on validation; `ours_fleet_level`: the same members with every test unit at the training fleet's
+level, what a unit without a reference in the service gets), `no_relative` (without relative channels, pretrained
+again), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
 `no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
 probability). Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per
 test unit (`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both classes), to see where a model fails.
@@ -17,7 +20,7 @@ Recurrent baselines (`--variants ... rnn gru lstm`): an Elman RNN, GRU or LSTM e
 with the parameter count of ours, in the same classifier (statistics branch, head), recipe and calibration, not
 pretrained; their records and `ours_full`'s carry `encoder_parameters` and `ms_per_window` (one member, eager).
 Novelty (`--variants full novelty`): the departure-from-normal score of the pretrained encoder and its decoder
-(models/sensor/novelty.py), each unit against its first REFERENCE_STEPS rows, calibrated on validation: alone
+(models/sensor/novelty.py), each unit against its first `reference_steps` rows, calibrated on validation: alone
 (`ours_novelty`), combined with `full` by the rule validation chooses (`ours_combined`, models/sensor/combination.py)
 or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), and combined with every unit scored against the
 training fleet's normal (`ours_combined_fleet`).
@@ -49,7 +52,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from data.sensors.config import SensorDataConfig  # noqa: E402
-from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
 from data.sensors.sources import load_skab  # noqa: E402
 from flows.params import load_params  # noqa: E402
@@ -61,7 +63,8 @@ from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
 from models.sensor.network import SensorClassifier  # noqa: E402
 from models.sensor.combination import choose_rule, combined_probability, fit_rule  # noqa: E402
-from models.sensor.departure import against_own_references, first_windows, fit_fleet_reference, reference_windows  # noqa: E402
+from data.sensors.featurize import first_windows  # noqa: E402
+from models.sensor.departure import against_own_references, fit_fleet_reference  # noqa: E402
 from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows  # noqa: E402
 from models.sensor.training import MASK_SPAN, finetune_member, predict_logits, pretrain_encoder  # noqa: E402
 
@@ -107,7 +110,6 @@ PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
 # The `mean_teacher` variant: the robust recipe, each member trained as a mean teacher (params.yaml's settings)
 MEAN_TEACHER = dict(mean_teacher={"enabled": True})
 TARGET_PRECISION = 0.8
-REFERENCE_STEPS = 100  # a unit's first rows taken as its normal (SKAB runs and CMAPSS engines start healthy)
 FIXED_RULES = ("stacker", "max")  # ablations: the combination rule fixed instead of chosen on validation
 
 
@@ -154,13 +156,11 @@ def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device,
     return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
 
 
-def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, window: int, stride: int,
-                     device) -> dict:
+def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, count: int, device) -> dict:
     """Novelty only, and combined with the supervised probability by the rule validation chooses, each unit scored
-    against its first REFERENCE_STEPS rows (its own mean, the spread shrunk to the fleet's within-unit spread); and combined with the fleet's normal as
+    against its first `count` windows (its own mean, the spread shrunk to the fleet's within-unit spread); and combined with the fleet's normal as
     every unit's reference (what a unit without its own reference gets)."""
     scored = {split: score_windows(scorer, x[split]) for split in ("train", "val", "test")}
-    count = reference_windows(REFERENCE_STEPS, window, stride)
     train = windows["train"]
     healthy = train.y == 0  # training labels, flipped ones included: what a user has
     fleet = fit_fleet_reference(scored["train"][0][healthy], scored["train"][1][healthy], train.unit[healthy],
@@ -239,10 +239,22 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         timings["minirocket"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] MiniRocket {out['minirocket']}", flush=True)
 
-    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
-    train_x, val_x, test_x = (featurizer.transform(w.X) for w in (train, val, test))
-    unlabelled_x = featurizer.transform(prepared.unlabelled.X)  # training windows without a label
+    cache: dict[bool, dict[str, np.ndarray]] = {}
+
+    def featurised(relative: bool) -> dict[str, np.ndarray]:
+        """Each split's windows (and the training windows without a label, `unlabelled`) featurised with relative
+        channels or without; with them also `test_fleet`: every test unit at the training fleet's level."""
+        if relative not in cache:
+            featurizer = prepared.fit_featurizer(relative)
+            cache[relative] = {split: prepared.features(featurizer, split)
+                               for split in ("train", "val", "test", "unlabelled")}
+            if relative:
+                cache[relative]["test_fleet"] = featurizer.transform(test.X)
+        return cache[relative]
+
     model_cfg = SensorModelConfig(**MODEL)
+    x = featurised(model_cfg.relative_channels)
+    train_x, val_x, test_x, unlabelled_x = (x[k] for k in ("train", "val", "test", "unlabelled"))
     torch.manual_seed(seed)
     encoder_state = None
     if {"full", "no_calibration", "plain_ce", "no_statistics", "novelty", "mean_teacher",
@@ -259,13 +271,16 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         members = members_full = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
         out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
+        if "test_fleet" in x:
+            out["ours_fleet_level"] = evaluate_ours(members, val_x, val, x["test_fleet"], test, True, device)
         timings["ours_full"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] ours {out['ours_full']}", flush=True)
     if "novelty" in variants:
         t = time.time()
-        scorer = NoveltyScorer(encoder, decoder, len(prepared.channels), MASK_SPAN)
+        scorer = NoveltyScorer(encoder, decoder, train_x.shape[1] // 2, MASK_SPAN)
         out.update(novelty_variants(members_full, scorer, {"train": train_x, "val": val_x, "test": test_x},
-                                    {"train": train, "val": val, "test": test}, cfg.window, cfg.stride, device))
+                                    {"train": train, "val": val, "test": test}, prepared.report["reference_windows"],
+                                    device))
         timings["ours_novelty"] = time.time() - t
         for key in [k for k in out if k.startswith(("ours_novelty", "ours_combined"))]:
             print(f"[{dataset} flip {flip} seed {seed}] {key} {out[key]}", flush=True)
@@ -287,10 +302,22 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     if "defaults" in variants:  # params.yaml's sensor.model, .pretrain, .finetune and .calibrate as they are
         t = time.time()
         sensor = load_params(ROOT / "params.yaml").sensor
-        members = params_ensemble(sensor, train_x, train.y, val_x, val.y, unlabelled_x, seed, device)
-        out["ours_defaults"] = evaluate_ours(members, val_x, val, test_x, test, True, device, sensor.calibrate.methods)
+        d = featurised(sensor.model.relative_channels)
+        members = params_ensemble(sensor, d["train"], train.y, d["val"], val.y, d["unlabelled"], seed, device)
+        out["ours_defaults"] = evaluate_ours(members, d["val"], val, d["test"], test, True, device,
+                                             sensor.calibrate.methods)
         timings["ours_defaults"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] defaults {out['ours_defaults']}", flush=True)
+    if "no_relative" in variants:
+        t = time.time()
+        p = featurised(False)
+        plain_cfg = SensorModelConfig(**{**MODEL, "relative_channels": False})
+        encoder_plain = pretrain_encoder(np.concatenate([p["train"], p["unlabelled"], p["val"]]), plain_cfg,
+                                         SensorPretrainConfig(**PRETRAIN, seed=seed), device)[0]
+        members = ensemble(p["train"], train.y, p["val"], val.y, plain_cfg, robust, encoder_plain.state_dict(), device)
+        out["ours_no_relative"] = evaluate_ours(members, p["val"], val, p["test"], test, True, device)
+        timings["ours_no_relative"] = time.time() - t
+        print(f"[{dataset} flip {flip} seed {seed}] no relative channels {out['ours_no_relative']}", flush=True)
     if "no_pretraining" in variants:
         t = time.time()
         members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
@@ -367,6 +394,7 @@ def merge(key: str, result: dict) -> None:
 
 
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours, full recipe"),
+           ("ours_fleet_level", "ours, fleet level for every test unit"), ("ours_no_relative", "ours, no relative channels"),
            ("ours_defaults", "ours, params.yaml defaults"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
@@ -404,13 +432,14 @@ def main() -> None:
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
-                        choices=["full", "defaults", "no_pretraining", "plain_ce", "no_statistics", "novelty",
+                        choices=["full", "defaults", "no_relative", "no_pretraining", "plain_ce", "no_statistics", "novelty",
                                  "mean_teacher", "uncertainty_weights", *RECURRENT_KINDS],
                         help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
                              "of as many parameters as ours, no pretraining; novelty: the departure-from-normal score "
                              "of the pretrained encoder, alone and combined with ours (models/sensor/novelty.py); "
                              "mean_teacher: the full recipe trained as mean teachers (models/sensor/teacher.py); "
                              "uncertainty_weights: the full recipe with sampling=uncertainty (models/sensor/sampling.py); "
+                             "no_relative: the full recipe without relative channels (pretrained again); "
                              "defaults: params.yaml's sensor model, pretraining, fine-tuning and calibration as they are")
     parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
                         help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")

@@ -7,6 +7,7 @@ parameters, alert threshold and test metrics.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from data.errors import DataValidationError
 from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_or_smiles_view
 from data.molecules.tokenizer import SmilesTokenizer
-from data.sensors.featurize import WindowFeaturizer
+from data.sensors.featurize import WindowFeaturizer, channel_levels
 from models.onnx_runtime import load_session, run
 from models.sensor.departure import Reference, fit_reference, reference_from_dict
 
@@ -23,13 +24,24 @@ class IncompatibleModelError(ValueError):
     """The model was built for a featurisation this code no longer produces."""
 
 
+@dataclass(frozen=True)
+class UnitReference:
+    """A unit's normal for one served model: its channel levels (C,) for the relative channels (None: the model has
+    none) and its novelty reference (None: the model has no novelty score)."""
+
+    levels: np.ndarray | None
+    departure: Reference | None
+
+
 class SensorPredictor:
     """Raw windows (n, C, T) with NaN gaps -> failure probability, uncertainty and alert flag, each (n,).
 
-    A model exported with the novelty score (its card has `novelty`) also answers `novelty` (P(abnormal) against
-    each window's unit reference, the fleet's normal where a window has none), `combined` (the two combined by the
-    rule chosen on validation) and `source` (which part reached its own threshold); its `alert` is then the combined
-    probability at the combined threshold. `reference(windows)` fits a unit's reference from its healthy windows.
+    A model with relative channels (its featurizer's `relative`) sees each window against its unit's level; a model
+    exported with the novelty score (its card has `novelty`) also answers `novelty` (P(abnormal) against each
+    window's unit reference), `combined` (the two combined by the rule chosen on validation) and `source` (which part
+    reached its own threshold); its `alert` is then the combined probability at the combined threshold. A window
+    without a unit reference is seen against the training fleet's. `reference(windows)` fits a unit's reference from
+    its healthy windows.
     """
 
     def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
@@ -45,26 +57,38 @@ class SensorPredictor:
     def has_novelty(self) -> bool:
         return self.fleet is not None
 
-    def graph_inputs(self, windows: np.ndarray, references: Sequence[Reference | None] | None = None
+    @property
+    def takes_references(self) -> bool:
+        """Whether a unit's reference changes its windows' answers (relative channels or a novelty score)."""
+        return self.featurizer.relative or self.has_novelty
+
+    def graph_inputs(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None = None
                      ) -> dict[str, np.ndarray]:
-        """The graph's inputs for windows (n, C, T): features, and with novelty each window's reference (None: the
-        fleet's)."""
-        features = self.featurizer.transform(windows)
+        """The graph's inputs for windows (n, C, T): features, and with novelty each window's novelty reference;
+        references: one per window (None: the fleet's)."""
+        references = [None] * len(windows) if references is None else list(references)
+        if len(references) != len(windows):
+            raise ValueError(f"{len(references)} references for {len(windows)} windows: give one per window")
+        levels = None
+        if self.featurizer.relative:
+            unknown = np.full(len(self.featurizer.channels), np.nan)
+            levels = np.stack([unknown if r is None or r.levels is None else r.levels for r in references]
+                              ).reshape(len(windows), -1)
+        features = self.featurizer.transform(windows, levels)
         if not self.has_novelty:
             return {"features": features}
-        chosen = [self.fleet if r is None else r for r in (references or [None] * len(features))]
-        if len(chosen) != len(features):
-            raise ValueError(f"{len(chosen)} references for {len(features)} windows: give one per window")
+        chosen = [self.fleet if r is None or r.departure is None else r.departure for r in references]
         return {"features": features,
                 "reference_mean": np.stack([r.mean for r in chosen]).reshape(len(chosen), -1).astype(np.float32),
                 "reference_scale": np.stack([r.scale for r in chosen]).reshape(len(chosen), -1).astype(np.float32),
                 "reference_log_error": np.array([r.log_error for r in chosen], dtype=np.float32)}
 
-    def _run(self, windows: np.ndarray, references: Sequence[Reference | None] | None) -> dict[str, np.ndarray]:
+    def _run(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None) -> dict[str, np.ndarray]:
         return run(self.session, self.graph_inputs(windows, references))
 
-    def predict(self, windows: np.ndarray, references: Sequence[Reference | None] | None = None) -> dict[str, np.ndarray]:
-        """windows (n, C, T); references: one per window (None: the fleet's normal), ignored without novelty."""
+    def predict(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None = None
+                ) -> dict[str, np.ndarray]:
+        """windows (n, C, T); references: one per window (None: the fleet's normal)."""
         outputs = self._run(windows, references)
         answer = {"probability": outputs["probability"], "uncertainty": outputs["uncertainty"]}
         if not self.has_novelty:
@@ -76,13 +100,27 @@ class SensorPredictor:
         return {**answer, "novelty": outputs["novelty"], "combined": outputs["combined"], "alert": alert,
                 "source": np.where(alert, source, None)}
 
-    def reference(self, windows: np.ndarray) -> Reference:
-        """A unit's reference from its healthy windows (n, C, T), n >= 1, shrunk to the fleet's normal."""
+    def reference(self, windows: np.ndarray) -> UnitReference:
+        """A unit's reference from its healthy windows (n, C, T), n >= 1: their channel levels, and the novelty
+        reference of their descriptions (shrunk to the fleet's normal)."""
+        if not self.takes_references:
+            raise ValueError("this model has neither relative channels nor a novelty score: it takes no unit "
+                             "references")
+        levels = channel_levels(windows) if self.featurizer.relative else None
         if not self.has_novelty:
-            raise ValueError("this model has no novelty score: it takes no unit references")
-        outputs = self._run(windows, None)
+            return UnitReference(levels, None)
+        outputs = self._run(windows, [UnitReference(levels, None)] * len(windows))
         description = outputs.get("description", outputs.get("embedding"))  # "embedding": exported before 2026-12-06
-        return fit_reference(description, outputs["reconstruction_error"], self.fleet)
+        return UnitReference(levels, fit_reference(description, outputs["reconstruction_error"], self.fleet))
+
+    def own_references(self, windows: np.ndarray, units: np.ndarray, marked: np.ndarray
+                       ) -> list[UnitReference | None]:
+        """Per window of windows (n, C, T): its unit's reference fitted on the unit's windows marked (n,) bool as
+        healthy (None for every window when the model takes no references, or for a unit with none marked)."""
+        if not self.takes_references:
+            return [None] * len(windows)
+        own = {unit: self.reference(windows[marked & (units == unit)]) for unit in np.unique(units[marked])}
+        return [own.get(unit) for unit in units]
 
 
 class MoleculePredictor:

@@ -114,7 +114,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     metrics = ServiceMetrics()
     units = UnitReferences(engine_for(resolve_url(Path(settings.params_file).resolve().parent,
                                                   settings.prediction_store)),
-                           settings.max_units, settings.units_refresh_s)  # the novelty score's unit references
+                           settings.max_units, settings.units_refresh_s)  # the sensor units' references
     predictions = Predictions(store, settings, metrics, units)
     depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
     prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.registry import CHALLENGER, CHAMPION
-from models.sensor.departure import Reference
+from models.predictors import UnitReference
 from serving.batching import Batcher
 from serving.domain import assess, unusable
 from serving.featurizing import Featurizer, Molecule, molecule_bytes
@@ -41,7 +41,7 @@ class SensorItems:
     references were fitted for; sliced by the batcher like the windows alone."""
 
     windows: np.ndarray
-    references: Sequence[Reference | None]
+    references: Sequence[UnitReference | None]
     version: str
 
     def __len__(self) -> int:
@@ -89,21 +89,25 @@ class Predictions:
     async def predict_windows(self, windows: np.ndarray, role: str = CHAMPION,
                               units: Sequence[str | None] | None = None) -> tuple[list[dict], LoadedModel]:
         """Windows (n, T, C) float32, NaN for missing readings, and each one's unit (or None) -> per window
-        `failure_probability`, `alert`, `uncertainty` (and with a novelty score `novelty_score`, `alert_probability`,
-        `alert_source`, `reference`), and the model (of `role`) that answered."""
+        `failure_probability`, `alert`, `uncertainty` (with a novelty score also `novelty_score`, `alert_probability`
+        and `alert_source`; with a model that takes unit references `reference`: whose normal the window was seen
+        against), and the model (of `role`) that answered."""
         model = self.model_of("sensor", role)
         references = kinds = None
-        if model.predictor.has_novelty and units is not None and any(u is not None for u in units):
+        if model.predictor.takes_references and units is not None and any(u is not None for u in units):
             references, kinds = await asyncio.to_thread(self.units.references, units, model)  # reads the store
-        elif model.predictor.has_novelty:  # no unit named: every window against the fleet's normal
+        elif model.predictor.takes_references:  # no unit named: every window against the fleet's normal
             kinds = [FLEET] * len(windows)
         answers, model = await self.batchers["sensor", role].submit(
             SensorItems(windows, references or [None] * len(windows), model.version))
-        if kinds is None:
-            return [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u, *_ in answers], model
-        return [{"failure_probability": p, "alert": a, "uncertainty": u, "novelty_score": n, "alert_probability": c,
-                 "alert_source": source, "reference": kind}
-                for (p, a, u, n, c, source), kind in zip(answers, kinds)], model
+        rows = [{"failure_probability": p, "alert": a, "uncertainty": u} for p, a, u, *_ in answers]
+        if model.predictor.has_novelty:
+            for row, (*_, n, c, source) in zip(rows, answers):
+                row.update(novelty_score=n, alert_probability=c, alert_source=source)
+        if kinds is not None:
+            for row, kind in zip(rows, kinds):
+                row["reference"] = kind
+        return rows, model
 
     async def predict_smiles(self, smiles: Sequence[str], role: str = CHAMPION) -> tuple[list[dict], LoadedModel]:
         """SMILES -> per SMILES its `canonical_smiles`, `value` (regression) or `probability`, `uncertainty` and

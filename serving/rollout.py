@@ -47,7 +47,7 @@ class ShadowItems:
     items: np.ndarray | Sequence[str]
     record: Record
     failed_answers: Callable[[], list[dict]]
-    units: Sequence[str] | None = None  # sensor windows: each one's unit (its novelty reference)
+    units: Sequence[str] | None = None  # sensor windows: each one's unit (its reference)
 
 
 def canary_fraction(request_id: str) -> float:

@@ -39,8 +39,9 @@ class SensorPrediction(BaseModel):
     alert_source: Literal["failure", "novelty", "both", "combined"] | None = Field(
         None, description="with an alert: the part that reached its own threshold (`combined`: neither alone)")
     reference: Literal["unit", "fleet"] | None = Field(
-        None, description="what the novelty score compared with: the unit's own reference (PUT "
-                          "/v1/sensor/units/{unit}/reference), or the fleet's normal (no unit, or none kept for it)")
+        None, description="models that take unit references (relative channels or a novelty score): whose normal "
+                          "the window was seen against, the unit's own (PUT /v1/sensor/units/{unit}/reference) or the "
+                          "training fleet's (no unit, or none kept for it)")
 
 
 class SensorResponse(BaseModel):

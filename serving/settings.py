@@ -76,7 +76,7 @@ class ServingSettings(BaseSettings):
                                        "more are dropped and counted")
     prediction_retention_days: float = Field(90.0, gt=0, description="older predictions and their outcomes are deleted")
     prediction_max_rows: int = Field(1_000_000, ge=1, description="the oldest predictions beyond this many are deleted")
-    max_units: int = Field(10_000, ge=1, description="sensor units whose healthy windows (the novelty score's "
+    max_units: int = Field(10_000, ge=1, description="sensor units whose healthy windows (their "
                            "reference) the service keeps at most, in the prediction store's database")
     units_refresh_s: float = Field(5.0, gt=0, description="how long a worker trusts the unit references it read "
                                    "(one put through another worker is seen after at most this)")

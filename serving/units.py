@@ -1,6 +1,7 @@
-"""Sensor units' references for the novelty score: the healthy windows a user gives for each unit, kept in the
-service's store (the prediction store's database: shared by the worker processes, kept across restarts), and each
-unit's reference fitted from them for the served model version (models/sensor/departure.py).
+"""Sensor units' references: the healthy windows a user gives for each unit, kept in the service's store (the
+prediction store's database: shared by the worker processes, kept across restarts), and each unit's reference fitted
+from them for the served model version (models/predictors.py: its channel levels for the relative channels, its
+novelty reference, models/sensor/departure.py).
 
 At most SERVING_MAX_UNITS units; a worker re-reads a unit's windows at most every SERVING_UNITS_REFRESH_S, so a
 reference put through one worker reaches the others within that time. A window of a unit without a reference (none
@@ -27,7 +28,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from contract.prediction_store import create_despite_others, utc_now
-from models.sensor.departure import Reference
+from models.predictors import UnitReference
 from serving.errors import BODY_ERRORS, error_responses
 from serving.inputs import check_count, sensor_windows
 from serving.loading import LoadedModel
@@ -53,10 +54,6 @@ class TooManyUnits(Exception):
     """The store holds SERVING_MAX_UNITS units already; a new one needs another removed first."""
 
 
-class NoNoveltyScore(Exception):
-    """The served sensor model has no novelty score: it takes no unit references."""
-
-
 def _info(row) -> dict:
     updated = row.updated_at if row.updated_at.tzinfo else row.updated_at.replace(tzinfo=datetime.timezone.utc)
     return {"unit": row.unit, "windows": row.count, "channels": row.channels, "steps": row.steps,
@@ -72,7 +69,7 @@ class UnitReferences:
         self._lock = threading.Lock()
         self._tables_ready = False
         self._read: dict[str, tuple[float, tuple | None]] = {}  # unit -> (when read, its row's fields or None)
-        self._fitted: dict[tuple[str, str, str, str], Reference] = {}  # (unit, digest, name, version) -> reference
+        self._fitted: dict[tuple[str, str, str, str], UnitReference] = {}  # (unit, digest, name, version) -> reference
 
     def _tables(self) -> None:
         if not self._tables_ready:
@@ -141,13 +138,12 @@ class UnitReferences:
                     fresh[unit] = read.get(unit)
         return fresh
 
-    def references(self, units: Sequence[str | None], model: LoadedModel) -> tuple[list[Reference | None], list[str]]:
-        """Per window: its unit's reference for `model` (None: the fleet's normal stands in) and which it is."""
-        if not model.predictor.has_novelty:
-            raise NoNoveltyScore(f"the served sensor model ({model.name} version {model.version}) has no novelty "
-                                 "score")
+    def references(self, units: Sequence[str | None], model: LoadedModel
+                   ) -> tuple[list[UnitReference | None], list[str]]:
+        """Per window: its unit's reference for `model` (None: the fleet's normal stands in) and which it is; `model`
+        takes references (its predictor's `takes_references`)."""
         rows = self._rows({u for u in units if u is not None})
-        fitted: dict[str, Reference | None] = {}
+        fitted: dict[str, UnitReference | None] = {}
         for unit, row in rows.items():
             if row is None:
                 fitted[unit] = None
@@ -199,14 +195,14 @@ def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max
 
     @router.put("", response_model=UnitReferenceInfo, responses=error_responses(409, 503, *BODY_ERRORS))
     async def put_reference(body: UnitReferenceRequest, unit: str = path_unit) -> dict:
-        """Keep these healthy windows as the unit's normal (replacing what it had): its windows are then scored for
-        novelty against them. 409 when the served model has no novelty score, or SERVING_MAX_UNITS units are
-        kept already."""
+        """Keep these healthy windows as the unit's normal (replacing what it had): its windows are then seen against
+        them (the relative channels' levels, the novelty score's reference). 409 when the served model takes no unit
+        references (neither relative channels nor a novelty score), or SERVING_MAX_UNITS units are kept already."""
         check_count(len(body.windows), max_items, "windows")
         model = model_of()
-        if not model.predictor.has_novelty:
-            raise HTTPException(409, f"the served sensor model ({model.name} version {model.version}) has no novelty "
-                                     "score: it takes no unit references")
+        if not model.predictor.takes_references:
+            raise HTTPException(409, f"the served sensor model ({model.name} version {model.version}) has neither "
+                                     "relative channels nor a novelty score: it takes no unit references")
         windows = sensor_windows(body.windows, model.card)
         try:
             return await _in_store(units.put, unit, windows, model.card["channels"])

@@ -53,6 +53,7 @@ class SensorDataConfig(StrictModel):
     )
     window: int = Field(32, ge=2, description="time steps per window")
     stride: int = Field(4, ge=1)
+    reference_steps: int = Field(100, ge=1, description="a unit's first rows, taken as its normal (healthy) level: the unit levels of relative channels and the novelty score's unit references (the service takes the healthy windows a user sends)")
     horizon: int = Field(48, ge=0, description="a window is positive if a label-1 row lies within `horizon` steps after its last step (0: the last row's label)")
     split: Literal["unit", "time", "column"] = "unit"
     split_column: str = Field("split", description="for split=column: holds train/val/test")

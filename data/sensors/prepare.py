@@ -20,6 +20,7 @@ import pandas as pd
 
 from data.errors import DataValidationError
 from data.sensors.config import SensorDataConfig
+from data.sensors.featurize import WindowFeaturizer, reference_levels, reference_windows
 from data.sensors.sources import load_sensor_frame
 from data.sensors.split import assign_splits
 from data.sensors.validate import SPLITS, check_finite, column_name, unused_columns, validate_sensor_frame
@@ -36,6 +37,28 @@ class PreparedSensorData:
     y_clean_train: np.ndarray
     report: dict
     unlabelled: Windows
+
+    def unit_levels(self, split: str) -> np.ndarray:
+        """(n, C): each window's unit level (data/sensors/featurize.py) over the unit's `reference_windows` earliest
+        windows in the split; training and unlabelled windows (of the same units) are taken together."""
+        count = self.report["reference_windows"]
+        if split in ("train", "unlabelled"):
+            train, both = self.windows["train"], (self.windows["train"], self.unlabelled)
+            levels = reference_levels(np.concatenate([w.X for w in both]), np.concatenate([w.unit for w in both]),
+                                      np.concatenate([w.time for w in both]), count)
+            return levels[:len(train)] if split == "train" else levels[len(train):]
+        windows = self.windows[split]
+        return reference_levels(windows.X, windows.unit, windows.time, count)
+
+    def fit_featurizer(self, relative: bool) -> WindowFeaturizer:
+        """The featurizer fitted on the training windows (with `relative`, and their unit levels)."""
+        levels = self.unit_levels("train") if relative else None
+        return WindowFeaturizer(self.channels, relative).fit(self.windows["train"].X, levels)
+
+    def features(self, featurizer: WindowFeaturizer, split: str) -> np.ndarray:
+        """A split's ('train', 'val', 'test' or 'unlabelled') windows featurised, (n, 2C or 4C, T)."""
+        windows = self.unlabelled if split == "unlabelled" else self.windows[split]
+        return featurizer.transform(windows.X, self.unit_levels(split) if featurizer.relative else None)
 
 
 def _constant_on(df: pd.DataFrame, channels: list[str], rows: np.ndarray) -> list[str]:
@@ -99,6 +122,8 @@ def prepare_sensor_frame(df: pd.DataFrame, cfg: SensorDataConfig, source: str) -
         "n_rows": len(df),
         "window": cfg.window,
         "stride": cfg.stride,
+        "reference_steps": cfg.reference_steps,
+        "reference_windows": reference_windows(cfg.reference_steps, cfg.window, cfg.stride),
         "horizon": cfg.horizon,
         "split": cfg.split,
         "units": {name: int(pd.unique(df["unit"][splits == name]).size) for name in SPLITS},

@@ -42,7 +42,7 @@ def save_ensemble(path: Path, members: list[SensorClassifier], model_cfg: Sensor
     save_state(
         {
             "model": model_cfg.model_dump(),
-            "in_channels": 2 * len(featurizer.channels),
+            "in_channels": featurizer.width,
             "featurizer": featurizer.to_dict(),
             "members": [m.state_dict() for m in members],
             "histories": histories,

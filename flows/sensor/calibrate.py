@@ -30,7 +30,7 @@ from models.sensor.training import ensemble_logits
 
 @compute_task(name="member-logits")
 def member_logits(members, features: np.ndarray, mask_passes: int = 0, mask_seed: int = 0) -> np.ndarray:
-    """(n, 2C, T) -> (n, members), or (n, members * mask_passes) with fixed-mask passes (the exported graph's)."""
+    """(n, F, T) -> (n, members), or (n, members * mask_passes) with fixed-mask passes (the exported graph's)."""
     return ensemble_logits(members, features, pick_device(), mask_passes, mask_seed)
 
 
@@ -40,8 +40,9 @@ def sensor_calibrate(params_file: str = "params.yaml") -> dict:
     params = load_params(params_file)
     cfg = params.sensor.calibrate
     members, featurizer, _ = load_ensemble(SENSOR.finetuned)
-    val = load_windows().windows["val"]
-    logits = member_logits(members, featurizer.transform(val.X), cfg.mask_passes, cfg.mask_seed)
+    prepared = load_windows()
+    val = prepared.windows["val"]
+    logits = member_logits(members, prepared.features(featurizer, "val"), cfg.mask_passes, cfg.mask_seed)
     calibration, cv_nll = select_calibration(logits, val.y, val.unit, cfg.methods)
     before, after = ensemble_probability(logits), calibrated_probability(logits, calibration)
     threshold = choose_threshold(val.y, after, cfg.target_precision)

@@ -5,8 +5,8 @@ The calibration (temperature or the isotonic piecewise-linear map) is part of th
 MC-dropout passes it was fitted on (`sensor.calibrate.mask_passes`), so
 SensorPredictor, evaluation and serving all read calibrated probabilities from the same graph. With the novelty score
 (artifacts/sensor/novelty.json enabled) the graph is models/sensor/alert.py's: the pretrained scorer, the novelty
-calibration and the combination rule inside, each window's unit reference as inputs; test units are scored against
-their first `sensor.novelty.reference_steps` rows."""
+calibration and the combination rule inside, each window's unit reference as inputs. Validation and test units are
+seen against their first `sensor.data.reference_steps` rows (the relative channels' levels, the novelty reference)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from flows.params import load_params
 from flows.paths import SENSOR
 from contract.manifest import sha256_file
 from contract.reference import write_reference
+from data.sensors.featurize import first_windows
 from flows.sensor.artifacts import load_ensemble, load_scorer
 from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
@@ -35,7 +36,7 @@ from models.quantization import quantize_sensor_model
 from models.uncertainty_quality import classification_uncertainty_quality, uncertainty_metrics
 from models.sensor import alert
 from models.sensor.calibrated import calibrated_ensemble
-from models.sensor.departure import first_windows, reference_from_dict
+from models.sensor.departure import reference_from_dict
 from models.sensor.training import fixed_mask_members
 
 INPUTS = {"features": {0: "batch", 2: "time"}}
@@ -86,7 +87,7 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
     novelty = read_json(SENSOR.novelty)
     prepared = load_windows()
     val, test = prepared.windows["val"], prepared.windows["test"]
-    example = {"features": featurizer.transform(val.X[:8])}
+    example = {"features": prepared.features(featurizer, "val")[:8]}
     passes = calibration.get("mask_passes", 0)
     if passes:  # the passes calibrate fitted on, inside the graph
         members = [FixedMaskPasses(m, passes)
@@ -113,29 +114,28 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
         "threshold": calibration["threshold"],
         "ensemble_size": len(members),
         "mask_passes": passes,
-        "inputs": {"features": "(batch, 2 * channels, time) float32 from WindowFeaturizer"},
+        "reference_steps": int(prepared.report["reference_steps"]),
+        "reference_windows": int(prepared.report["reference_windows"]),
+        "inputs": {"features": f"(batch, {featurizer.width}, time) float32 from WindowFeaturizer"},
         "outputs": OUTPUTS,
     }
     if novelty["enabled"]:
-        card["novelty"] = {key: novelty[key] for key in ("fleet_reference", "reference_steps", "reference_windows",
-                                                         "thresholds", "calibration", "combination")}
+        card["novelty"] = {key: novelty[key] for key in ("fleet_reference", "thresholds", "calibration", "combination")}
         card["inputs"].update({"reference_mean": "(batch, description) float32: each window's unit reference",
                                "reference_scale": "(batch, description) float32",
                                "reference_log_error": "(batch,) float32"})
         card["outputs"] = alert.OUTPUTS
     predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)
-    test_references = None
-    if novelty["enabled"]:  # each test unit against its first rows; validation's fitted the calibration
-        marked = first_windows(test.unit, test.time, novelty["reference_windows"])
-        own = {unit: predictor.reference(test.X[marked & (test.unit == unit)]) for unit in np.unique(test.unit)}
-        test_references = [own[unit] for unit in test.unit]
-    max_diff = parity(model, predictor, val.X[:256])
-    if novelty["enabled"]:
+    val_references, test_references = (  # each unit against its first rows, as validation was in training
+        predictor.own_references(w.X, w.unit, first_windows(w.unit, w.time, card["reference_windows"]))
+        for w in (val, test))
+    max_diff = parity(model, predictor, val.X[:256])  # the fleet's reference
+    if predictor.takes_references:
         max_diff = max(max_diff, parity(model, predictor, test.X[:256], test_references[:256]))
     settings = params.sensor.export
     card["quantization"] = None
     if settings.quantize:
-        moved = quantize(predictor.graph_inputs(val.X), settings.quantize_max_diff)
+        moved = quantize(predictor.graph_inputs(val.X, val_references), settings.quantize_max_diff)
         card["quantization"] = {"weights": "int8", "conv": "static, per channel, MinMax on validation windows",
                                 "matmul": "dynamic, per channel", "max_abs_diff_vs_float": moved}
         predictor = SensorPredictor(SENSOR.onnx, card, prefer_cuda=False)  # test metrics below are the int8 model's
@@ -146,7 +146,8 @@ def sensor_export(params_file: str = "params.yaml") -> dict:
             part: classification_metrics(test.y, out[part], novelty["thresholds"][part]) for part in ("novelty", "combined")}
     # the same figures on validation (which chose the epochs and fitted the calibration): far apart from the test
     # figures, they say the validation split is too small to choose by
-    val_metrics = classification_metrics(val.y, predictor.predict(val.X)["probability"], card["threshold"])
+    val_metrics = classification_metrics(val.y, predictor.predict(val.X, val_references)["probability"],
+                                         card["threshold"])
     card.update({"test_metrics": metrics, "val_metrics": val_metrics, "calibration_error": metrics["ece"],
                  "uncertainty_quality": classification_uncertainty_quality(test.y, out["probability"], out["uncertainty"]),
                  "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(SENSOR.onnx)})

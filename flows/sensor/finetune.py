@@ -37,8 +37,8 @@ from models.training import TrainResult
 
 @dataclass
 class FinetuneInputs:
-    """Featurised windows (n, 2C, T), labels (n,), the fitted featurizer, the pretrained encoder's weights and the
-    featurised training windows without a label (m, 2C, T) for the mean teacher."""
+    """Featurised windows (n, F, T) (F = WindowFeaturizer.width), labels (n,), the fitted featurizer, the pretrained
+    encoder's weights and the featurised training windows without a label (m, F, T) for the mean teacher."""
 
     train_x: np.ndarray
     train_y: np.ndarray
@@ -49,16 +49,17 @@ class FinetuneInputs:
     unlabelled_x: np.ndarray
 
 
-def load_inputs(use_pretrained: bool, in_flow: bool = True) -> FinetuneInputs:
-    """What every member trains on (in_flow=False: outside a Prefect flow run, tasks called as functions)."""
+def load_inputs(use_pretrained: bool, relative: bool, in_flow: bool = True) -> FinetuneInputs:
+    """What every member trains on, with relative channels or not (in_flow=False: outside a Prefect flow run, tasks
+    called as functions)."""
     prepared = load_windows() if in_flow else load_windows.fn()
     train, val = prepared.windows["train"], prepared.windows["val"]
-    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
+    featurizer = prepared.fit_featurizer(relative)
     encoder_state = None
     if use_pretrained:
         encoder_state = load_encoder(SENSOR.pretrained)
-    return FinetuneInputs(featurizer.transform(train.X), train.y, featurizer.transform(val.X), val.y, featurizer,
-                          encoder_state, featurizer.transform(prepared.unlabelled.X))
+    return FinetuneInputs(prepared.features(featurizer, "train"), train.y, prepared.features(featurizer, "val"), val.y,
+                          featurizer, encoder_state, prepared.features(featurizer, "unlabelled"))
 
 
 def _checkpoint(index: int):
@@ -92,7 +93,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
     params, tuned = with_tuned(load_params(params_file), "sensor")
     distributed = DistributedContext.from_env()
     cfg = params.sensor
-    inputs = load_inputs(cfg.finetune.use_pretrained)
+    inputs = load_inputs(cfg.finetune.use_pretrained, cfg.model.relative_channels)
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
         mlflow.set_tags({"started_from_pretrained": str(inputs.encoder_state is not None),
@@ -122,7 +123,8 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
 def follow(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
     """A torchrun rank other than 0: the same training steps as rank 0, nothing written."""
     loaded, _ = with_tuned(load_params(params), "sensor")  # the settings rank 0 trains with
-    train_members(load_inputs(loaded.sensor.finetune.use_pretrained, in_flow=False), loaded, DistributedContext.from_env())
+    train_members(load_inputs(loaded.sensor.finetune.use_pretrained, loaded.sensor.model.relative_channels, in_flow=False),
+                  loaded, DistributedContext.from_env())
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Stage `sensor_novelty`: the departure-from-normal score of the pretrained encoder and decoder, fitted on validation.
 
 The fleet's normal is the training windows labelled healthy (and how much its units vary within their first
-`reference_steps` rows); each validation unit is scored against its own first rows (their spread shrunk to the
+`sensor.data.reference_steps` rows); each validation unit is scored against its own first rows (their spread shrunk to the
 fleet's, models/sensor/departure.py). The three departure numbers are
 calibrated into a probability of "abnormal" (a monotone logistic regression), and a combination rule with the
 calibrated failure probability is chosen by cross-fitted validation NLL (models/sensor/combination.py). The export
@@ -13,6 +13,7 @@ import mlflow
 import numpy as np
 from prefect import flow
 
+from data.sensors.featurize import first_windows
 from flows.json_io import read_json, write_json
 from flows.params import load_params
 from flows.paths import SENSOR
@@ -24,8 +25,7 @@ from flows.tracking import stage_run
 from models.calibration import calibrated_probability, choose_threshold
 from models.metrics import classification_metrics
 from models.sensor.combination import choose_rule, combined_probability
-from models.sensor.departure import (against_own_references, first_windows, fit_fleet_reference, reference_to_dict,
-                                     reference_windows)
+from models.sensor.departure import against_own_references, fit_fleet_reference, reference_to_dict
 from models.sensor.novelty import NoveltyCalibrator, NoveltyScorer, score_windows
 
 
@@ -49,12 +49,12 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
         members, featurizer, _ = load_ensemble(SENSOR.finetuned)
         prepared = load_windows()
         train, val = prepared.windows["train"], prepared.windows["val"]
-        count = reference_windows(cfg.reference_steps, prepared.report["window"], prepared.report["stride"])
-        train_descriptions, train_errors = score(scorer, featurizer.transform(train.X))
+        count = prepared.report["reference_windows"]
+        train_descriptions, train_errors = score(scorer, prepared.features(featurizer, "train"))
         healthy = train.y == 0
         fleet = fit_fleet_reference(train_descriptions[healthy], train_errors[healthy], train.unit[healthy],
                                     first_windows(train.unit, train.time, count)[healthy])
-        val_x = featurizer.transform(val.X)
+        val_x = prepared.features(featurizer, "val")
         departures = against_own_references(*score(scorer, val_x), val.unit,
                                             first_windows(val.unit, val.time, count), fleet,
                                             scorer.encoder.embedding_size)
@@ -68,8 +68,8 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
         thresholds = {"novelty": choose_threshold(val.y, p_novel, target_precision),
                       "combined": choose_threshold(val.y, p_combined, target_precision)}
         result = {
-            "enabled": True, "fleet_reference": reference_to_dict(fleet), "reference_steps": cfg.reference_steps,
-            "reference_windows": count, "calibration": {"weights": [float(w) for w in calibrator.coef_],
+            "enabled": True, "fleet_reference": reference_to_dict(fleet), "reference_windows": count,
+            "calibration": {"weights": [float(w) for w in calibrator.coef_],
                                                         "intercept": calibrator.intercept_},
             "combination": rule, "cv_nll": cv_nll, "thresholds": thresholds,
             "val_metrics": {"novelty": classification_metrics(val.y, p_novel, thresholds["novelty"]),

@@ -8,7 +8,6 @@ import mlflow
 import numpy as np
 from prefect import flow
 
-from data.sensors.featurize import WindowFeaturizer
 from flows.params import load_params
 from flows.paths import SENSOR
 from flows.sensor.prepared import load_windows
@@ -38,9 +37,9 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
             print("sensor pretraining disabled")
             return
         prepared = load_windows()
-        featurizer = WindowFeaturizer(prepared.channels).fit(prepared.windows["train"].X)
-        unlabelled = np.concatenate([prepared.windows["train"].X, prepared.unlabelled.X])
-        encoder, decoder, result = pretrain(featurizer.transform(unlabelled), cfg.model, cfg.pretrain)
+        featurizer = prepared.fit_featurizer(cfg.model.relative_channels)
+        unlabelled = np.concatenate([prepared.features(featurizer, "train"), prepared.features(featurizer, "unlabelled")])
+        encoder, decoder, result = pretrain(unlabelled, cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])
         save_state({"encoder": encoder.state_dict(), "decoder": decoder.state_dict(), "model": cfg.model.model_dump(),

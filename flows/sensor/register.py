@@ -12,6 +12,7 @@ from mlflow.types import Schema, TensorSpec
 import typer
 from prefect import flow
 
+from data.sensors.featurize import WindowFeaturizer, first_windows
 from flows import plots
 from flows.json_io import read_json, write_json, write_metrics_by_model
 from flows.params import load_params
@@ -26,10 +27,11 @@ from models.predictors import SensorPredictor
 
 
 def signature(card: dict) -> ModelSignature:
-    """Dynamic batch and time; 2C feature channels (values, then observed-masks); with the novelty score, each
-    window's unit reference (its D description dimensions) in, the novelty outputs out."""
+    """Dynamic batch and time; the featurizer's feature channels (values, relative values with relative channels,
+    then observed-masks); with the novelty score, each window's unit reference (its D description dimensions) in, the
+    novelty outputs out."""
     float32 = np.dtype(np.float32)
-    channels = 2 * len(card["channels"])
+    channels = WindowFeaturizer.from_dict(card["featurizer"]).width
     description = len(card["novelty"]["fleet_reference"]["mean"]) if "novelty" in card else None
     input_shapes = {"features": (-1, channels, -1), "reference_mean": (-1, description),
                     "reference_scale": (-1, description), "reference_log_error": (-1,)}
@@ -41,9 +43,12 @@ def signature(card: dict) -> ModelSignature:
 
 
 @io_task(name="register-and-gate")
-def register(params, card: dict, test, new_task: bool, baseline: dict[str, float]) -> dict:
+def register(params, card: dict, test, reference_windows: int, new_task: bool, baseline: dict[str, float]) -> dict:
     def champion_metrics(onnx_path: Path, champion_card: dict) -> dict[str, float]:
-        out = SensorPredictor(onnx_path, champion_card, prefer_cuda=False).predict(test.X)
+        """The champion on the test windows, each unit against its first `reference_windows` (as the export's)."""
+        champion = SensorPredictor(onnx_path, champion_card, prefer_cuda=False)
+        marked = first_windows(test.unit, test.time, reference_windows)
+        out = champion.predict(test.X, champion.own_references(test.X, test.unit, marked))
         return classification_metrics(test.y, out["probability"], champion_card["threshold"])
 
     return register_and_gate(params.sensor.registry, card, SENSOR.onnx, signature(card),
@@ -59,10 +64,11 @@ def sensor_register(params_file: str = "params.yaml", new_task: bool = False) ->
     params = load_params(params_file)
     card = read_json(SENSOR.model_card)
     baseline = read_json(SENSOR.baseline)
-    test = load_windows().windows["test"]
+    prepared = load_windows()
+    test = prepared.windows["test"]
     with stage_run(params.tracking, "sensor", "register", {"registry": params.sensor.registry.model_dump()},
                    {"sensor": SENSOR.prepared}):
-        outcome = register(params, card, test, new_task, baseline["test"])
+        outcome = register(params, card, test, prepared.report["reference_windows"], new_task, baseline["test"])
         mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         others = baseline.get("baselines", [baseline])

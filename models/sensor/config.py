@@ -25,6 +25,9 @@ class SensorModelConfig(StrictModel):
     heads: int = Field(2, ge=1, description="attention heads; must divide hidden")
     ff_multiplier: int = Field(2, ge=1, description="transformer feed-forward width = ff_multiplier * hidden")
     projection: int = Field(32, ge=2, description="size of the contrastive projection head's output")
+    relative_channels: bool = Field(
+        True, description="each channel also relative to its unit's level over its first data.reference_steps rows "
+        "(data/sensors/featurize.py); a unit the service has no reference for gets the training fleet's level")
     statistics_bins: int = Field(
         16, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
         "piecewise-linear encoded over K training-quantile bins, also feed the head (models/sensor/piecewise.py)"
@@ -127,8 +130,6 @@ class SensorNoveltyConfig(StrictModel):
     validation; it needs the pretrained encoder and decoder (off when pretraining is)."""
 
     enabled: bool = True
-    reference_steps: int = Field(100, ge=1, description="a unit's first rows, taken as its normal when validation "
-                                 "and test windows are scored (the service takes the healthy windows a user sends)")
     rules: list[Literal["supervised", "novelty", "stacker", "max"]] = Field(
         default_factory=lambda: ["max"], min_length=1,
         description="combination rules to choose from by cross-fitted validation NLL (models/sensor/combination.py)")

@@ -22,17 +22,6 @@ PRIOR_WINDOWS = 8.0  # a reference of n windows weighs n / (n + PRIOR_WINDOWS) a
 EPS = 1e-6
 
 
-def first_windows(units: np.ndarray, times: np.ndarray, count: int) -> np.ndarray:
-    """(n,) bool: the `count` earliest windows of each unit (its reference period when it starts healthy)."""
-    order = np.lexsort((times, units))
-    sorted_units = units[order]
-    starts = np.r_[0, np.flatnonzero(sorted_units[1:] != sorted_units[:-1]) + 1]
-    rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
-    chosen = np.zeros(len(units), bool)
-    chosen[order] = rank < count
-    return chosen
-
-
 @dataclass(frozen=True)
 class Reference:
     """A unit's normal: description mean and spread (D,), the log of its typical reconstruction error, and how many
@@ -92,11 +81,6 @@ def departure(descriptions: np.ndarray, errors: np.ndarray, mean: np.ndarray, sc
     return np.stack([np.log(squared[:, :embedding_size].mean(axis=1) + EPS),
                      np.log(squared[:, embedding_size:].mean(axis=1) + EPS),
                      np.log(errors + EPS) - log_error], axis=1).astype(np.float32)
-
-
-def reference_windows(reference_steps: int, window: int, stride: int) -> int:
-    """How many windows of `window` steps, `stride` apart, lie within a unit's first `reference_steps` rows (>= 1)."""
-    return max(1, (reference_steps - window) // stride + 1)
 
 
 def against_own_references(descriptions: np.ndarray, errors: np.ndarray, units: np.ndarray, reference: np.ndarray,

@@ -167,7 +167,7 @@ def test_the_reference_endpoint_checks_shapes_and_limits(novelty_store, tmp_path
 def test_a_version_without_the_novelty_score_refuses_references(store, models, tmp_path):
     with TestClient(create_app(settings(tmp_path), store=store)) as client:
         answer = put(client, "a", models.test_windows[:1])
-        assert answer.status_code == 409 and "no novelty score" in answer.json()["detail"]
+        assert answer.status_code == 409 and "takes no unit references" in answer.json()["detail"]
         assert "novelty_score" not in predict(client, models.test_windows[:1], unit="a")[0]
 
 

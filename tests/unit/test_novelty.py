@@ -20,8 +20,8 @@ from models.sensor.combination import RULES, choose_rule, combined_probability, 
 from models.sensor.config import SensorModelConfig, SensorPretrainConfig
 from models.sensor.encoder import SensorEncoder
 from models.sensor.network import SensorClassifier
-from models.sensor.departure import (PRIOR_WINDOWS, departure, first_windows, fit_fleet_reference, fit_reference,
-                                     reference_from_dict, reference_to_dict)
+from models.sensor.departure import (PRIOR_WINDOWS, departure, fit_fleet_reference, fit_reference, reference_from_dict,
+                                     reference_to_dict)
 from models.sensor.novelty import PATTERNS, NoveltyCalibrator, NoveltyScorer, fit_monotone_logistic, score_windows
 from models.sensor.training import MASK_SPAN, pretrain_encoder
 
@@ -122,12 +122,6 @@ def test_the_monotone_logistic_never_weighs_a_departure_negatively():
     assert abs(calibrator.predict_proba(x).mean() - y.mean()) < 0.02
     with pytest.raises(ValueError, match="both classes"):
         NoveltyCalibrator().fit(x, np.zeros(4000))
-
-
-def test_the_earliest_windows_of_each_unit_are_its_reference_whatever_the_order():
-    units = np.array(["b", "a", "b", "a", "b", "a", "c"])
-    times = np.array([30, 9, 10, 7, 20, 8, 1])
-    assert first_windows(units, times, 2).tolist() == [False, False, True, True, True, True, True]
 
 
 def test_the_novelty_score_rises_on_faults_no_training_window_showed():

@@ -1,4 +1,5 @@
-"""WindowFeaturizer (standardise + masks, JSON round trip) and the summary features of the tabular baseline."""
+"""WindowFeaturizer (standardise + masks, relative channels against unit levels, JSON round trip) and the summary
+features of the tabular baseline."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from data.sensors.featurize import WindowFeaturizer
+from data.sensors.featurize import WindowFeaturizer, channel_levels, first_windows, reference_levels, reference_windows
 from data.sensors.summary_features import summary_feature_names, summary_features
 
 
@@ -62,6 +63,85 @@ def test_wrong_shapes_raise_clear_errors():
         f.transform(np.zeros((3, 10)))
     with pytest.raises(ValueError, match="not fitted"):
         WindowFeaturizer(["a"]).transform(np.zeros((1, 1, 4)))
+
+
+def test_the_earliest_windows_of_each_unit_are_its_reference_whatever_the_order():
+    units = np.array(["b", "a", "b", "a", "b", "a", "c"])
+    times = np.array([30, 9, 10, 7, 20, 8, 1])
+    assert first_windows(units, times, 2).tolist() == [False, False, True, True, True, True, True]
+    assert reference_windows(100, 32, 4) == 18 and reference_windows(10, 32, 4) == 1
+
+
+def _two_pumps(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Two units, 20 windows each (3 channels, 8 steps): pump p0 runs at 30 L/min, p1 at 130; p1's last 5 windows
+    drift 6 above its level on channel 0, still inside the fleet's range."""
+    X = rng.normal(0.0, 1.0, (40, 3, 8))
+    X[:20, 0] += 30.0
+    X[20:, 0] += 130.0
+    X[35:, 0] += 6.0
+    X[3, 1, :] = np.nan
+    units = np.repeat(["p0", "p1"], 20)
+    times = np.tile(np.arange(20), 2)
+    return X, units, times
+
+
+def test_unit_levels_are_each_units_channel_means_over_its_first_windows():
+    X, units, times = _two_pumps(np.random.default_rng(1))
+    levels = reference_levels(X, units, times, 4)
+    np.testing.assert_allclose(levels[:20], np.tile(np.nanmean(X[:4], axis=(0, 2)), (20, 1)))
+    np.testing.assert_allclose(levels[20:], np.tile(np.nanmean(X[20:24], axis=(0, 2)), (20, 1)))
+    dead = np.full((2, 2, 5), np.nan)
+    dead[:, 0] = 1.0
+    assert channel_levels(dead)[0] == 1.0 and np.isnan(channel_levels(dead)[1])
+
+
+def test_relative_channels_put_each_unit_at_its_own_level_and_show_its_departure():
+    X, units, times = _two_pumps(np.random.default_rng(2))
+    levels = reference_levels(X, units, times, 4)
+    f = WindowFeaturizer(["flow", "b", "c"], relative=True).fit(X, levels)
+    Z = f.transform(X, levels)
+    assert Z.shape == (40, 12, 8) and f.width == 12
+    values, relative, masks = Z[:, :3], Z[:, 3:6], Z[:, 6:]
+    np.testing.assert_array_equal(masks, np.concatenate([~np.isnan(X), ~np.isnan(X)], axis=1).astype(np.float32))
+    healthy0, healthy1, drifted = relative[:20, 0].mean(), relative[20:35, 0].mean(), relative[35:, 0].mean()
+    assert abs(values[:20, 0].mean() - values[20:35, 0].mean()) > 1.5  # standardised, the pumps stay apart
+    assert abs(healthy0 - healthy1) < 0.25  # relative to their own levels they look alike
+    assert drifted - healthy1 > 1.0  # and p1's drift stands out
+    assert relative[3, 1].tolist() == [0.0] * 8  # a missing reading stays 0 with its mask 0
+
+
+def test_a_window_without_a_unit_level_gets_the_fleets():
+    X, units, times = _two_pumps(np.random.default_rng(3))
+    levels = reference_levels(X, units, times, 4)
+    f = WindowFeaturizer(["flow", "b", "c"], relative=True).fit(X, levels)
+    np.testing.assert_allclose(f.fleet_level, levels.mean(axis=0))
+    unknown = levels.copy()
+    unknown[:5] = np.nan
+    unknown[7, 2] = np.nan
+    fleet = f.transform(X, np.tile(f.fleet_level, (40, 1)))
+    got = f.transform(X, unknown)
+    np.testing.assert_array_equal(got[:5], fleet[:5])
+    np.testing.assert_array_equal(got[7, 5], fleet[7, 5])
+    np.testing.assert_array_equal(got[7, 3], f.transform(X, levels)[7, 3])
+    np.testing.assert_array_equal(f.transform(X), fleet)
+    with pytest.raises(ValueError, match=r"unit levels of shape \(40 windows, 3 channels\)"):
+        f.transform(X, levels[:, :2])
+    with pytest.raises(ValueError, match="pass levels"):
+        WindowFeaturizer(["flow", "b", "c"], relative=True).fit(X)
+
+
+def test_relative_state_round_trips_and_an_older_state_has_no_relative_channels():
+    X, units, times = _two_pumps(np.random.default_rng(4))
+    levels = reference_levels(X, units, times, 4)
+    f = WindowFeaturizer(["flow", "b", "c"], relative=True).fit(X, levels)
+    g = WindowFeaturizer.from_dict(json.loads(json.dumps(f.to_dict())))
+    assert g.relative and g.width == 12
+    np.testing.assert_array_equal(f.transform(X, levels), g.transform(X, levels))
+    older = {k: v for k, v in f.to_dict().items() if k != "relative"}
+    assert not WindowFeaturizer.from_dict(older).relative and WindowFeaturizer.from_dict(older).width == 6
+    broken = {**f.to_dict(), "relative": {"scale": [1.0], "fleet_level": [0.0, 0.0, 0.0]}}
+    with pytest.raises(ValueError, match="different numbers"):
+        WindowFeaturizer.from_dict(broken)
 
 
 def test_summary_features_by_hand():
