@@ -2,7 +2,7 @@
 
 Each recipe of a family is a complete setting of the keys explored (molecules: capacity, depth, dropout, epochs and
 early stopping, schedule, loss, learning rate, ensemble size; sensors: loss, mixup, epochs, learning rate and
-schedule, capacity), laid over params.yaml's section of that family. Every recipe trains the pipeline's ensemble as
+schedule, capacity, relative channels), laid over params.yaml's section of that family. Every recipe trains the pipeline's ensemble as
 a user gets it (pretraining where params.yaml pretrains, then `ensemble_size` members) on every developer dataset
 and is scored on validation: the score is the mean over datasets of the relative validation error reduction
 against the family's `baseline` recipe (error: RMSE; 1 - ROC-AUC; 1 - PR-AUC), so each dataset weighs the same
@@ -68,7 +68,6 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
 
     import sensor_benchmark as bench
     from data.sensors.config import SensorDataConfig
-    from data.sensors.featurize import WindowFeaturizer
     from data.sensors.prepare import prepare_sensor_data
     from models.calibration import choose_threshold
     from models.metrics import classification_metrics
@@ -79,10 +78,9 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
                            seed=seed if split_seed is None else split_seed)
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
-    featurizer = WindowFeaturizer(prepared.channels).fit(train.X)
-    x = {k: featurizer.transform(w.X) for k, w in (("train", train), ("val", val), ("test", test))}
-    members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y,
-                                    featurizer.transform(prepared.unlabelled.X), seed, cpu)
+    featurizer = prepared.fit_featurizer(sensor.model.relative_channels)
+    x = {k: prepared.features(featurizer, k) for k in ("train", "val", "test", "unlabelled")}
+    members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y, x["unlabelled"], seed, cpu)
     raw_val, _, _ = bench.ours_probabilities(members, x["val"], val, x["test"], False, cpu)
     p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, x["test"], True, cpu, sensor.calibrate.methods)
     val_metrics = classification_metrics(val.y, raw_val)
@@ -133,11 +131,11 @@ MOLECULE = Family(
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members"),
     run=run_molecule)
 
-# params.yaml's sensor recipe until 2026-12-03
+# params.yaml's sensor recipe until 2026-12-03 (relative channels came on 2026-12-06: off in every recipe that does not name them)
 SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience": 2, "finetune.lr": 0.002,
                    "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
                    "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
-                   "finetune.ensemble_size": 3}
+                   "finetune.ensemble_size": 3, "model.relative_channels": False}
 ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
 LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
 SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
@@ -152,6 +150,8 @@ SENSOR = Family(
         "robust_schedule": ("GCE + mixup, 20 epochs, patience 4, lr 0.002, 1-epoch warm-up, cosine to 0.05 lr",
                             {**ROBUST, **SCHEDULE}),
         "bce_schedule": ("BCE, the schedule of robust_schedule", SCHEDULE),
+        "robust_schedule_relative": ("robust_schedule + relative channels (each channel against its unit's level)",
+                                     {**ROBUST, **SCHEDULE, "model.relative_channels": True}),
         "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
         "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
     }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),

@@ -153,7 +153,8 @@ def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device,
 def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device,
                   methods=("temperature", "isotonic")) -> dict:
     p_val, p_test, extra = ours_probabilities(members, val_x, val, test_x, calibrate, device, methods)
-    return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra}
+    return {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)), **extra,
+            "val_pr_auc": float(average_precision_score(val.y, p_val))}
 
 
 def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, count: int, device) -> dict:
