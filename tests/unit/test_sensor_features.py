@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from data.sensors.featurize import WindowFeaturizer, channel_levels, first_windows, reference_levels, reference_windows
+from data.sensors.prepare import PreparedSensorData
 from data.sensors.summary_features import summary_feature_names, summary_features
+from data.sensors.windows import Windows
 
 
 def _windows() -> np.ndarray:
@@ -142,6 +144,28 @@ def test_relative_state_round_trips_and_an_older_state_has_no_relative_channels(
     broken = {**f.to_dict(), "relative": {"scale": [1.0], "fleet_level": [0.0, 0.0, 0.0]}}
     with pytest.raises(ValueError, match="different numbers"):
         WindowFeaturizer.from_dict(broken)
+
+
+def test_training_and_unlabelled_windows_of_a_unit_share_its_level_from_its_earliest_windows():
+    """A unit's earliest windows may have no label (they joined the unlabelled windows): its level is still theirs,
+    for its labelled and unlabelled windows alike; a validation unit's comes from its own earliest windows."""
+    rng = np.random.default_rng(5)
+
+    def windows(level: float, times: np.ndarray, unit: str) -> Windows:
+        X = (level + rng.normal(size=(len(times), 2, 4))).astype(np.float32)
+        return Windows(X=X, y=np.zeros(len(times), np.int8), unit=np.full(len(times), unit), time=times)
+
+    early, late = windows(0.0, np.arange(3), "a"), windows(50.0, np.arange(3, 9), "a")
+    val = windows(7.0, np.arange(4), "b")
+    prepared = PreparedSensorData(windows={"train": late, "val": val, "test": val}, channels=["x", "y"],
+                                  y_clean_train=late.y, report={"reference_windows": 3}, unlabelled=early)
+    expected = channel_levels(early.X)
+    np.testing.assert_allclose(prepared.unit_levels("train"), np.tile(expected, (6, 1)))
+    np.testing.assert_allclose(prepared.unit_levels("unlabelled"), np.tile(expected, (3, 1)))
+    np.testing.assert_allclose(prepared.unit_levels("val"), np.tile(channel_levels(val.X[:3]), (4, 1)))
+    featurizer = prepared.fit_featurizer(relative=True)
+    assert prepared.features(featurizer, "train").shape == (6, 8, 4)
+    assert prepared.features(prepared.fit_featurizer(relative=False), "val").shape == (4, 4, 4)
 
 
 def test_summary_features_by_hand():
