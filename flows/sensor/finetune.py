@@ -123,8 +123,9 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
 def follow(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
     """A torchrun rank other than 0: the same training steps as rank 0, nothing written."""
     loaded, _ = with_tuned(load_params(params), "sensor")  # the settings rank 0 trains with
-    train_members(load_inputs(loaded.sensor.finetune.use_pretrained, loaded.sensor.model.relative_channels, in_flow=False),
-                  loaded, DistributedContext.from_env())
+    cfg = loaded.sensor
+    train_members(load_inputs(cfg.finetune.use_pretrained, cfg.model.relative_channels, in_flow=False), loaded,
+                  DistributedContext.from_env())
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """Stage `sensor_novelty`: the departure-from-normal score of the pretrained encoder and decoder, fitted on validation.
 
 The fleet's normal is the training windows labelled healthy (and how much its units vary within their first
-`sensor.data.reference_steps` rows); each validation unit is scored against its own first rows (their spread shrunk to the
-fleet's, models/sensor/departure.py). The three departure numbers are
+`sensor.data.reference_steps` rows); each validation unit is scored against its own first rows (their spread shrunk
+to the fleet's, models/sensor/departure.py). The three departure numbers are
 calibrated into a probability of "abnormal" (a monotone logistic regression), and a combination rule with the
 calibrated failure probability is chosen by cross-fitted validation NLL (models/sensor/combination.py). The export
 stage puts all of it in the ONNX graph (models/sensor/alert.py)."""
@@ -69,8 +69,7 @@ def sensor_novelty(params_file: str = "params.yaml") -> dict:
                       "combined": choose_threshold(val.y, p_combined, target_precision)}
         result = {
             "enabled": True, "fleet_reference": reference_to_dict(fleet), "reference_windows": count,
-            "calibration": {"weights": [float(w) for w in calibrator.coef_],
-                                                        "intercept": calibrator.intercept_},
+            "calibration": {"weights": [float(w) for w in calibrator.coef_], "intercept": calibrator.intercept_},
             "combination": rule, "cv_nll": cv_nll, "thresholds": thresholds,
             "val_metrics": {"novelty": classification_metrics(val.y, p_novel, thresholds["novelty"]),
                             "combined": classification_metrics(val.y, p_combined, thresholds["combined"])},
