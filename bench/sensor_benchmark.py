@@ -22,7 +22,8 @@ pretrained; their records and `ours_full`'s carry `encoder_parameters` and `ms_p
 Novelty (`--variants full novelty`): the departure-from-normal score of the pretrained encoder and its decoder
 (models/sensor/novelty.py), each unit against its first `reference_steps` rows, calibrated on validation: alone
 (`ours_novelty`), combined with `full` by the rule validation chooses (`ours_combined`, models/sensor/combination.py)
-or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), and combined with every unit scored against the
+or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), or by the rule validation chooses between
+`supervised` and `max` (`ours_combined_supervised_or_max`), and combined with every unit scored against the
 training fleet's normal (`ours_combined_fleet`).
 Mean teacher (`--variants full mean_teacher`): the full recipe with each member trained as a mean teacher
 (`ours_mean_teacher`, models/sensor/teacher.py), on the unlabelled windows too where the condition has them
@@ -183,15 +184,18 @@ def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, cou
         if own:
             out["ours_novelty"] = {**scores_on_test(test, novel_test, choose_threshold(val.y, novel_val,
                                                                                         TARGET_PRECISION)),
-                                   "weights": [float(w) for w in calibrator.coef_]}
+                                   "weights": [float(w) for w in calibrator.coef_],
+                                   "val_pr_auc": float(average_precision_score(val.y, novel_val))}
         fitted, cv_nll = choose_rule(p_val, novel_val, val.y, val.unit)
         rules = {key: (fitted, {"cv_nll": cv_nll})}
-        if own:  # each rule as fixed, whatever validation prefers
+        if own:  # each rule as fixed, whatever validation prefers; and validation's choice of supervised or max
             rules.update({f"ours_combined_{name}": (fit_rule(name, p_val, novel_val, val.y), {}) for name in FIXED_RULES})
+            fitted, cv_nll = choose_rule(p_val, novel_val, val.y, val.unit, ["supervised", "max"])
+            rules["ours_combined_supervised_or_max"] = (fitted, {"cv_nll": cv_nll})
         for name, (rule, extra) in rules.items():
             c_val, c_test = combined_probability(p_val, novel_val, rule), combined_probability(p_test, novel_test, rule)
             out[name] = {**scores_on_test(test, c_test, choose_threshold(val.y, c_val, TARGET_PRECISION)), **rule,
-                         **extra}
+                         **extra, "val_pr_auc": float(average_precision_score(val.y, c_val))}
     return out
 
 
@@ -403,7 +407,8 @@ COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ou
            ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder"),
            ("ours_novelty", "novelty only"), ("ours_combined", "ours + novelty"),
            ("ours_combined_fleet", "ours + novelty, fleet reference"), ("ours_combined_stacker", "ours + novelty, stacker"),
-           ("ours_combined_max", "ours + novelty, max")]
+           ("ours_combined_max", "ours + novelty, max"),
+           ("ours_combined_supervised_or_max", "ours + novelty, supervised or max by validation")]
 
 
 def table() -> str:
