@@ -63,7 +63,9 @@ SENSOR_DATASETS = {  # name: (sensor_benchmark.DATASETS entry, training label fl
 
 def run_sensor(params, dataset: str, seed: int) -> dict:
     """Validation PR-AUC of the ensemble's mean probability (calibration is fitted on validation, so it is scored
-    before); test metrics of the calibrated probability, as the pipeline serves it (bench/sensor_benchmark.py)."""
+    before); test metrics of the calibrated probability, as the pipeline serves it (bench/sensor_benchmark.py). With
+    relative channels also both without any unit's level (`val_without_level`, `test_without_level`: what the service
+    answers for units without a reference), shown, not scored."""
     import torch
 
     import sensor_benchmark as bench
@@ -79,14 +81,26 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
     featurizer = prepared.fit_featurizer(sensor.model.relative_channels)
-    x = {k: prepared.features(featurizer, k) for k in ("train", "val", "test", "unlabelled")}
+    dropout = sensor.model.level_dropout
+    x = {k: prepared.features(featurizer, k, dropout if k in ("train", "unlabelled") else 0.0)
+         for k in ("train", "val", "test", "unlabelled")}
     members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y, x["unlabelled"], seed, cpu)
     raw_val, _, _ = bench.ours_probabilities(members, x["val"], val, x["test"], False, cpu)
     p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, x["test"], True, cpu, sensor.calibrate.methods)
     val_metrics = classification_metrics(val.y, raw_val)
     test_metrics = classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, bench.TARGET_PRECISION))
     keep = ("pr_auc", "roc_auc", "ece")
-    return {"val": {k: val_metrics[k] for k in keep}, "test": {k: test_metrics[k] for k in keep}}
+    out = {"val": {k: val_metrics[k] for k in keep}, "test": {k: test_metrics[k] for k in keep}}
+    if featurizer.relative:
+        val_x, test_x = featurizer.transform(val.X), featurizer.transform(test.X)
+        raw_val, _, _ = bench.ours_probabilities(members, val_x, val, test_x, False, cpu)
+        # calibration and threshold as served: fitted on validation with the units' levels
+        p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, test_x, True, cpu, sensor.calibrate.methods)
+        val_metrics = classification_metrics(val.y, raw_val)
+        test_metrics = classification_metrics(test.y, p_test, choose_threshold(val.y, p_val, bench.TARGET_PRECISION))
+        out.update(val_without_level={k: val_metrics[k] for k in keep},
+                   test_without_level={k: test_metrics[k] for k in keep})
+    return out
 
 
 @dataclass(frozen=True)
@@ -135,7 +149,7 @@ MOLECULE = Family(
 SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience": 2, "finetune.lr": 0.002,
                    "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
                    "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
-                   "finetune.ensemble_size": 3, "model.relative_channels": False}
+                   "finetune.ensemble_size": 3, "model.relative_channels": False, "model.level_dropout": 0.0}
 ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
 LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
 SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
@@ -152,6 +166,9 @@ SENSOR = Family(
         "bce_schedule": ("BCE, the schedule of robust_schedule", SCHEDULE),
         "robust_schedule_relative": ("robust_schedule + relative channels (each channel against its unit's level)",
                                      {**ROBUST, **SCHEDULE, "model.relative_channels": True}),
+        "robust_schedule_relative_dropout": ("robust_schedule_relative, a fifth of the training windows without "
+                                             "their unit's level", {**ROBUST, **SCHEDULE, "model.relative_channels": True,
+                                                                    "model.level_dropout": 0.2}),
         "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
         "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
     }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),

@@ -10,8 +10,8 @@ bench/results/sensor.json after every condition (so a partial run keeps what it 
 
 Variants of ours: `full` (pretrained encoder, window-statistics branch, relative channels (each channel also against
 its unit's level over its first `reference_steps` rows, data/sensors/featurize.py), robust loss (GCE) + mixup,
-calibration chosen on validation; `ours_fleet_level`: the same members with every test unit at the training fleet's
-level, what a unit without a reference in the service gets), `no_relative` (without relative channels, pretrained
+calibration chosen on validation; `ours_without_level`: the same members with no test unit's level known, what a
+unit without a reference in the service gets), `no_relative` (without relative channels, pretrained
 again), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
 `no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
 probability). Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per
@@ -244,21 +244,22 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         timings["minirocket"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] MiniRocket {out['minirocket']}", flush=True)
 
-    cache: dict[bool, dict[str, np.ndarray]] = {}
+    cache: dict[tuple[bool, float], dict[str, np.ndarray]] = {}
 
-    def featurised(relative: bool) -> dict[str, np.ndarray]:
-        """Each split's windows (and the training windows without a label, `unlabelled`) featurised with relative
-        channels or without; with them also `test_fleet`: every test unit at the training fleet's level."""
-        if relative not in cache:
-            featurizer = prepared.fit_featurizer(relative)
-            cache[relative] = {split: prepared.features(featurizer, split)
-                               for split in ("train", "val", "test", "unlabelled")}
-            if relative:
-                cache[relative]["test_fleet"] = featurizer.transform(test.X)
-        return cache[relative]
+    def featurised(model: SensorModelConfig) -> dict[str, np.ndarray]:
+        """Each split's windows (and the training windows without a label, `unlabelled`) featurised as `model` says;
+        with relative channels also `test_without_level`: no test unit's level known."""
+        key = (model.relative_channels, model.level_dropout)
+        if key not in cache:
+            featurizer = prepared.fit_featurizer(model.relative_channels)
+            cache[key] = {split: prepared.features(featurizer, split, model.level_dropout if split in (
+                "train", "unlabelled") else 0.0) for split in ("train", "val", "test", "unlabelled")}
+            if model.relative_channels:
+                cache[key]["test_without_level"] = featurizer.transform(test.X)
+        return cache[key]
 
     model_cfg = SensorModelConfig(**MODEL)
-    x = featurised(model_cfg.relative_channels)
+    x = featurised(model_cfg)
     train_x, val_x, test_x, unlabelled_x = (x[k] for k in ("train", "val", "test", "unlabelled"))
     torch.manual_seed(seed)
     encoder_state = None
@@ -276,8 +277,8 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         members = members_full = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
         out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
         out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
-        if "test_fleet" in x:
-            out["ours_fleet_level"] = evaluate_ours(members, val_x, val, x["test_fleet"], test, True, device)
+        if "test_without_level" in x:
+            out["ours_without_level"] = evaluate_ours(members, val_x, val, x["test_without_level"], test, True, device)
         timings["ours_full"] = time.time() - t
         print(f"[{dataset} flip {flip} seed {seed}] ours {out['ours_full']}", flush=True)
     if "novelty" in variants:
@@ -307,7 +308,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
     if "defaults" in variants:  # params.yaml's sensor.model, .pretrain, .finetune and .calibrate as they are
         t = time.time()
         sensor = load_params(ROOT / "params.yaml").sensor
-        d = featurised(sensor.model.relative_channels)
+        d = featurised(sensor.model)
         members = params_ensemble(sensor, d["train"], train.y, d["val"], val.y, d["unlabelled"], seed, device)
         out["ours_defaults"] = evaluate_ours(members, d["val"], val, d["test"], test, True, device,
                                              sensor.calibrate.methods)
@@ -315,8 +316,8 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         print(f"[{dataset} flip {flip} seed {seed}] defaults {out['ours_defaults']}", flush=True)
     if "no_relative" in variants:
         t = time.time()
-        p = featurised(False)
         plain_cfg = SensorModelConfig(**{**MODEL, "relative_channels": False})
+        p = featurised(plain_cfg)
         encoder_plain = pretrain_encoder(np.concatenate([p["train"], p["unlabelled"], p["val"]]), plain_cfg,
                                          SensorPretrainConfig(**PRETRAIN, seed=seed), device)[0]
         members = ensemble(p["train"], train.y, p["val"], val.y, plain_cfg, robust, encoder_plain.state_dict(), device)
@@ -399,7 +400,7 @@ def merge(key: str, result: dict) -> None:
 
 
 COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours, full recipe"),
-           ("ours_fleet_level", "ours, fleet level for every test unit"), ("ours_no_relative", "ours, no relative channels"),
+           ("ours_without_level", "ours, no test unit's level"), ("ours_no_relative", "ours, no relative channels"),
            ("ours_defaults", "ours, params.yaml defaults"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),

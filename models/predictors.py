@@ -40,8 +40,8 @@ class SensorPredictor:
     exported with the novelty score (its card has `novelty`) also answers `novelty` (P(abnormal) against each
     window's unit reference), `combined` (the two combined by the rule chosen on validation) and `source` (which part
     reached its own threshold); its `alert` is then the combined probability at the combined threshold. A window
-    without a unit reference is seen against the training fleet's. `reference(windows)` fits a unit's reference from
-    its healthy windows.
+    without a unit reference has its relative channels masked (no level known) and is scored for novelty against the
+    training fleet's normal. `reference(windows)` fits a unit's reference from its healthy windows.
     """
 
     def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
@@ -65,7 +65,7 @@ class SensorPredictor:
     def graph_inputs(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None = None
                      ) -> dict[str, np.ndarray]:
         """The graph's inputs for windows (n, C, T): features, and with novelty each window's novelty reference;
-        references: one per window (None: the fleet's)."""
+        references: one per window (None: none known)."""
         references = [None] * len(windows) if references is None else list(references)
         if len(references) != len(windows):
             raise ValueError(f"{len(references)} references for {len(windows)} windows: give one per window")
@@ -88,7 +88,7 @@ class SensorPredictor:
 
     def predict(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None = None
                 ) -> dict[str, np.ndarray]:
-        """windows (n, C, T); references: one per window (None: the fleet's normal)."""
+        """windows (n, C, T); references: one per window (None: none known)."""
         outputs = self._run(windows, references)
         answer = {"probability": outputs["probability"], "uncertainty": outputs["uncertainty"]}
         if not self.has_novelty:

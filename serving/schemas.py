@@ -40,8 +40,9 @@ class SensorPrediction(BaseModel):
         None, description="with an alert: the part that reached its own threshold (`combined`: neither alone)")
     reference: Literal["unit", "fleet"] | None = Field(
         None, description="models that take unit references (relative channels or a novelty score): whose normal "
-                          "the window was seen against, the unit's own (PUT /v1/sensor/units/{unit}/reference) or the "
-                          "training fleet's (no unit, or none kept for it)")
+                          "the window was seen against, the unit's own (PUT /v1/sensor/units/{unit}/reference) or none "
+                          "of its own (`fleet`: no unit, or none kept for it; relative channels masked, novelty "
+                          "against the training fleet's normal)")
 
 
 class SensorResponse(BaseModel):

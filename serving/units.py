@@ -5,8 +5,8 @@ novelty reference, models/sensor/departure.py).
 
 At most SERVING_MAX_UNITS units; a worker re-reads a unit's windows at most every SERVING_UNITS_REFRESH_S, so a
 reference put through one worker reaches the others within that time. A window of a unit without a reference (none
-given, or given for other channels or another window length) is scored against the training fleet's normal, and its
-answer says so (`reference: fleet`).
+given, or given for other channels or another window length) is seen without a level (relative channels masked) and
+scored for novelty against the training fleet's normal, and its answer says so (`reference: fleet`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ optionally each channel relative to its unit's normal level.
 A unit's level is the mean of each channel over the unit's healthy reference windows (in training its earliest
 windows, data.reference_steps rows; in serving the windows a user gives as the unit's reference). Two pumps at
 different operating points then look alike when both run normally, and a fault shows as a departure from the pump's
-own level even when the level itself is common in the fleet.
+own level even when the level itself is common in the fleet. A window whose unit has no level has its relative
+channels masked as missing (training masks a share of windows' levels so the network answers those too).
 
 Numpy only, so the serving image needs neither torch nor pandas for it.
 """
@@ -55,7 +56,7 @@ class WindowFeaturizer:
     """Fit per-channel mean/std on (n, C, T) windows; transform to (n, 2C, T): standardised values (NaN -> 0), then
     masks. With `relative`, (n, 4C, T): standardised values, values relative to the window's unit level (scaled by
     their training RMS), then the masks of both (a relative value is observed where its reading and its unit's level
-    are)."""
+    are; without a level it is 0 and masked)."""
 
     def __init__(self, channels: list[str], relative: bool = False):
         self.channels = list(channels)
@@ -63,7 +64,6 @@ class WindowFeaturizer:
         self.mean: np.ndarray | None = None
         self.std: np.ndarray | None = None
         self.relative_scale: np.ndarray | None = None  # (C,) RMS of (reading - unit level) over training
-        self.fleet_level: np.ndarray | None = None  # (C,) the level of a window whose unit has none
 
     @property
     def width(self) -> int:
@@ -79,19 +79,18 @@ class WindowFeaturizer:
         return X
 
     def _levels(self, levels: np.ndarray | None, n: int) -> np.ndarray:
-        """(n, C) levels with NaN (and levels=None: every window) replaced by the fleet's."""
+        """(n, C) levels, NaN where unknown (levels=None: every window's)."""
         if levels is None:
-            return np.broadcast_to(self.fleet_level, (n, len(self.channels)))
+            return np.full((n, len(self.channels)), np.nan)
         levels = np.asarray(levels, dtype=np.float64)
         if levels.shape != (n, len(self.channels)):
             raise ValueError(f"expected unit levels of shape ({n} windows, {len(self.channels)} channels), got "
                              f"shape {levels.shape}")
-        return np.where(np.isnan(levels), self.fleet_level[None, :], levels)
+        return levels
 
     def fit(self, X: np.ndarray, levels: np.ndarray | None = None) -> WindowFeaturizer:
         """Per-channel NaN-aware mean and std over (n, T); std floored at 1e-6; an all-NaN channel gets mean 0, std 1.
-        With `relative`, levels (n, C): each window's unit level (reference_levels), giving the relative scale and
-        the fleet level (the mean of the windows' levels)."""
+        With `relative`, levels (n, C): each window's unit level (reference_levels), giving the relative scale."""
         X = self._check(X)
         observed = ~np.isnan(X)
         count = observed.sum(axis=(0, 2))
@@ -103,21 +102,19 @@ class WindowFeaturizer:
         if self.relative:
             if levels is None:
                 raise ValueError("a relative featurizer is fitted with each window's unit level: pass levels")
-            levels = np.asarray(levels, dtype=np.float64)
-            known = ~np.isnan(levels)
-            level_count = known.sum(axis=0)
-            self.fleet_level = np.divide(np.where(known, levels, 0.0).sum(axis=0), level_count, out=mean.copy(),
-                                         where=level_count > 0)
             deviation = X - self._levels(levels, len(X))[:, :, None]
-            squares = np.where(observed, deviation ** 2, 0.0).sum(axis=(0, 2))
-            rms = np.sqrt(np.divide(squares, count, out=np.ones(len(self.channels)), where=count > 0))
+            known = ~np.isnan(deviation)
+            squares = np.where(known, deviation, 0.0) ** 2
+            known_count = known.sum(axis=(0, 2))
+            rms = np.sqrt(np.divide(squares.sum(axis=(0, 2)), known_count, out=np.ones(len(self.channels)),
+                                    where=known_count > 0))
             self.relative_scale = np.maximum(rms, STD_FLOOR)
         return self
 
     def transform(self, X: np.ndarray, levels: np.ndarray | None = None) -> np.ndarray:
         """(n, C, T) -> (n, 2C, T) float32: [(X - mean) / std with NaN -> 0, 1.0 where observed else 0.0]; with
-        `relative`, (n, 4C, T): [scaled, (X - level) / relative_scale, observed, observed]. levels (n, C): each
-        window's unit level, NaN (or levels=None: every window) for a unit without one, which gets the fleet's."""
+        `relative`, (n, 4C, T): [scaled, (X - level) / relative_scale, observed, observed where the level is known].
+        levels (n, C): each window's unit level, NaN where unknown (levels=None: unknown for every window)."""
         if self.mean is None:
             raise ValueError("WindowFeaturizer is not fitted: call fit() or from_dict() first")
         X = self._check(X)
@@ -125,17 +122,17 @@ class WindowFeaturizer:
         scaled = np.where(observed, (X - self.mean[None, :, None]) / self.std[None, :, None], 0.0)
         if not self.relative:
             return np.concatenate([scaled, observed], axis=1).astype(np.float32)
-        relative = np.where(observed, (X - self._levels(levels, len(X))[:, :, None])
-                            / self.relative_scale[None, :, None], 0.0)
-        return np.concatenate([scaled, relative, observed, observed], axis=1).astype(np.float32)
+        deviation = (X - self._levels(levels, len(X))[:, :, None]) / self.relative_scale[None, :, None]
+        known = ~np.isnan(deviation)
+        return np.concatenate([scaled, np.where(known, deviation, 0.0), observed, known], axis=1).astype(np.float32)
 
     def to_dict(self) -> dict:
-        """JSON-serialisable state: channels, mean, std (and with `relative` the relative scale and fleet level)."""
+        """JSON-serialisable state: channels, mean, std (and with `relative` the relative channels' scale)."""
         if self.mean is None:
             raise ValueError("WindowFeaturizer is not fitted: nothing to serialise")
         state = {"channels": self.channels, "mean": self.mean.tolist(), "std": self.std.tolist()}
         if self.relative:
-            state["relative"] = {"scale": self.relative_scale.tolist(), "fleet_level": self.fleet_level.tolist()}
+            state["relative"] = {"scale": self.relative_scale.tolist()}
         return state
 
     @classmethod
@@ -144,14 +141,12 @@ class WindowFeaturizer:
         relative = state.get("relative")
         sizes = [len(state["channels"]), len(state["mean"]), len(state["std"])]
         if relative is not None:
-            sizes += [len(relative["scale"]), len(relative["fleet_level"])]
+            sizes.append(len(relative["scale"]))
         if len(set(sizes)) != 1:
-            raise ValueError("featurizer state has different numbers of channels, means, stds (and relative scales "
-                             "and fleet levels)")
+            raise ValueError("featurizer state has different numbers of channels, means, stds (and relative scales)")
         featurizer = cls(state["channels"], relative=relative is not None)
         featurizer.mean = np.asarray(state["mean"], dtype=np.float64)
         featurizer.std = np.asarray(state["std"], dtype=np.float64)
         if relative is not None:
             featurizer.relative_scale = np.asarray(relative["scale"], dtype=np.float64)
-            featurizer.fleet_level = np.asarray(relative["fleet_level"], dtype=np.float64)
         return featurizer

@@ -55,10 +55,16 @@ class PreparedSensorData:
         levels = self.unit_levels("train") if relative else None
         return WindowFeaturizer(self.channels, relative).fit(self.windows["train"].X, levels)
 
-    def features(self, featurizer: WindowFeaturizer, split: str) -> np.ndarray:
-        """A split's ('train', 'val', 'test' or 'unlabelled') windows featurised, (n, 2C or 4C, T)."""
+    def features(self, featurizer: WindowFeaturizer, split: str, level_dropout: float = 0.0) -> np.ndarray:
+        """A split's ('train', 'val', 'test' or 'unlabelled') windows featurised, (n, 2C or 4C, T); with relative
+        channels a seeded `level_dropout` share of the windows without their unit's level (as a unit without a
+        reference is served), so that training teaches the network to answer those too."""
         windows = self.unlabelled if split == "unlabelled" else self.windows[split]
-        return featurizer.transform(windows.X, self.unit_levels(split) if featurizer.relative else None)
+        if not featurizer.relative:
+            return featurizer.transform(windows.X)
+        levels = self.unit_levels(split)
+        levels[np.random.default_rng([len(levels), 0]).random(len(levels)) < level_dropout] = np.nan
+        return featurizer.transform(windows.X, levels)
 
 
 def _constant_on(df: pd.DataFrame, channels: list[str], rows: np.ndarray) -> list[str]:

@@ -31,6 +31,7 @@ from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.device import pick_device
 from models.distributed import DistributedContext, process_group
+from models.sensor.config import SensorModelConfig
 from models.sensor.training import finetune_member
 from models.training import TrainResult
 
@@ -49,17 +50,18 @@ class FinetuneInputs:
     unlabelled_x: np.ndarray
 
 
-def load_inputs(use_pretrained: bool, relative: bool, in_flow: bool = True) -> FinetuneInputs:
-    """What every member trains on, with relative channels or not (in_flow=False: outside a Prefect flow run, tasks
+def load_inputs(use_pretrained: bool, model: SensorModelConfig, in_flow: bool = True) -> FinetuneInputs:
+    """What every member trains on, featurised as `model` says (in_flow=False: outside a Prefect flow run, tasks
     called as functions)."""
     prepared = load_windows() if in_flow else load_windows.fn()
     train, val = prepared.windows["train"], prepared.windows["val"]
-    featurizer = prepared.fit_featurizer(relative)
+    featurizer = prepared.fit_featurizer(model.relative_channels)
     encoder_state = None
     if use_pretrained:
         encoder_state = load_encoder(SENSOR.pretrained)
-    return FinetuneInputs(prepared.features(featurizer, "train"), train.y, prepared.features(featurizer, "val"), val.y,
-                          featurizer, encoder_state, prepared.features(featurizer, "unlabelled"))
+    return FinetuneInputs(prepared.features(featurizer, "train", model.level_dropout), train.y,
+                          prepared.features(featurizer, "val"), val.y, featurizer, encoder_state,
+                          prepared.features(featurizer, "unlabelled", model.level_dropout))
 
 
 def _checkpoint(index: int):
@@ -93,7 +95,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
     params, tuned = with_tuned(load_params(params_file), "sensor")
     distributed = DistributedContext.from_env()
     cfg = params.sensor
-    inputs = load_inputs(cfg.finetune.use_pretrained, cfg.model.relative_channels)
+    inputs = load_inputs(cfg.finetune.use_pretrained, cfg.model)
     logged = {"model": cfg.model.model_dump(), "finetune": cfg.finetune.model_dump()}
     with stage_run(params.tracking, "sensor", "finetune", logged, {"sensor": SENSOR.prepared}):
         mlflow.set_tags({"started_from_pretrained": str(inputs.encoder_state is not None),
@@ -123,8 +125,7 @@ def sensor_finetune(params_file: str = "params.yaml") -> None:
 def follow(params: str = typer.Option("params.yaml", help="parameters file")) -> None:
     """A torchrun rank other than 0: the same training steps as rank 0, nothing written."""
     loaded, _ = with_tuned(load_params(params), "sensor")  # the settings rank 0 trains with
-    cfg = loaded.sensor
-    train_members(load_inputs(cfg.finetune.use_pretrained, cfg.model.relative_channels, in_flow=False), loaded,
+    train_members(load_inputs(loaded.sensor.finetune.use_pretrained, loaded.sensor.model, in_flow=False), loaded,
                   DistributedContext.from_env())
 
 

@@ -38,7 +38,8 @@ def sensor_pretrain(params_file: str = "params.yaml") -> None:
             return
         prepared = load_windows()
         featurizer = prepared.fit_featurizer(cfg.model.relative_channels)
-        unlabelled = np.concatenate([prepared.features(featurizer, split) for split in ("train", "unlabelled")])
+        unlabelled = np.concatenate([prepared.features(featurizer, split, cfg.model.level_dropout)
+                                     for split in ("train", "unlabelled")])
         encoder, decoder, result = pretrain(unlabelled, cfg.model, cfg.pretrain)
         for record in result.history:
             mlflow.log_metric("pretrain_loss", record["train_loss"], step=record["epoch"])

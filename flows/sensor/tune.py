@@ -17,7 +17,7 @@ from models.training import TrainResult
 
 def inputs(params: Params) -> FinetuneInputs:
     """The windows and the pretrained encoder, as the finetune stage loads them."""
-    return load_inputs(params.sensor.finetune.use_pretrained, params.sensor.model.relative_channels)
+    return load_inputs(params.sensor.finetune.use_pretrained, params.sensor.model)
 
 
 def train_trial(cfg, data: FinetuneInputs, on_epoch) -> TrainResult:

@@ -27,7 +27,10 @@ class SensorModelConfig(StrictModel):
     projection: int = Field(32, ge=2, description="size of the contrastive projection head's output")
     relative_channels: bool = Field(
         True, description="each channel also relative to its unit's level over its first data.reference_steps rows "
-        "(data/sensors/featurize.py); a unit the service has no reference for gets the training fleet's level")
+        "(data/sensors/featurize.py); for a unit the service has no reference for they are masked as missing")
+    level_dropout: float = Field(
+        0.2, ge=0, lt=1, description="relative channels: this share of the training windows is featurised without "
+        "its unit's level (seeded), so the network also answers windows of units without a reference")
     statistics_bins: int = Field(
         16, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
         "piecewise-linear encoded over K training-quantile bins, also feed the head (models/sensor/piecewise.py)"

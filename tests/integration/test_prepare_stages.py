@@ -62,6 +62,7 @@ def test_rows_without_a_label_reach_fine_tuning_as_unlabelled_windows(tmp_path, 
     """A file whose label cells are blank for part of a training unit: the prepare flow keeps those windows as
     unlabelled ones, and fine-tuning loads them featurised like the labelled ones."""
     from flows.sensor.finetune import load_inputs
+    from models.sensor.config import SensorModelConfig
     from flows.sensor.prepare import sensor_prepare
 
     rng = np.random.default_rng(0)
@@ -84,7 +85,7 @@ def test_rows_without_a_label_reach_fine_tuning_as_unlabelled_windows(tmp_path, 
         n_unlabelled = len(unlabelled["y"])
     report = json.loads((tmp_path / "data/prepared/sensor/meta.json").read_text())["report"]
     assert report["unlabelled_train_windows"] == report["windows_without_label"]["train"] == n_unlabelled
-    inputs = load_inputs(use_pretrained=False, relative=True, in_flow=False)
+    inputs = load_inputs(use_pretrained=False, model=SensorModelConfig(), in_flow=False)
     assert inputs.unlabelled_x.shape == (n_unlabelled, *inputs.train_x.shape[1:])
     assert np.isfinite(inputs.unlabelled_x).all()
 

@@ -1,7 +1,7 @@
 """Relative channels through the real service: a sensor version whose featurizer also gives each channel relative
 to its unit's level (data/sensors/featurize.py), without a novelty score, registered through the gate and served.
 It takes unit references; a unit's windows are answered against its own level (the predictor's answers with the
-unit's reference), a unit without one against the training fleet's, and each answer says which."""
+unit's reference), a unit without one with its relative channels masked, and each answer says which."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def relative_store(tmp_path_factory) -> ModelStore:
     return ModelStore(uri, {"sensor": SENSOR_NAME}, "champion", public_key_path(key), prefer_cuda=False)
 
 
-def test_a_units_windows_are_answered_against_its_own_level_or_the_fleets(relative_store, tmp_path):
+def test_a_units_windows_are_answered_against_its_own_level_or_without_one(relative_store, tmp_path):
     rng = np.random.default_rng(1)
     reference, later = pump(6, 25.0, rng), pump(4, 25.0, rng)  # a pump at a level no training pump ran at
     settings = ServingSettings(**{**LIMITS, "prediction_store": f"sqlite:///{tmp_path / 'store.db'}"})
@@ -85,8 +85,8 @@ def test_a_units_windows_are_answered_against_its_own_level_or_the_fleets(relati
     np.testing.assert_allclose(own.levels, reference.astype(np.float64).mean(axis=(0, 2)), rtol=1e-6)
     assert own.departure is None
     with_own = predictor.predict(later, [own] * 4)["probability"]
-    with_fleet = predictor.predict(later)["probability"]
+    without = predictor.predict(later)["probability"]
     got = np.array([r["failure_probability"] for r in rows])
     np.testing.assert_allclose(got[:2], with_own[:2], atol=1e-6)
-    np.testing.assert_allclose(got[2:], with_fleet[2:], atol=1e-6)
-    assert np.abs(with_own - with_fleet).max() > 1e-4  # the unit's level changes what the members see
+    np.testing.assert_allclose(got[2:], without[2:], atol=1e-6)
+    assert np.abs(with_own - without).max() > 1e-4  # the unit's level changes what the members see

@@ -112,20 +112,21 @@ def test_relative_channels_put_each_unit_at_its_own_level_and_show_its_departure
     assert relative[3, 1].tolist() == [0.0] * 8  # a missing reading stays 0 with its mask 0
 
 
-def test_a_window_without_a_unit_level_gets_the_fleets():
+def test_a_window_without_a_unit_level_has_its_relative_channels_masked():
     X, units, times = _two_pumps(np.random.default_rng(3))
     levels = reference_levels(X, units, times, 4)
     f = WindowFeaturizer(["flow", "b", "c"], relative=True).fit(X, levels)
-    np.testing.assert_allclose(f.fleet_level, levels.mean(axis=0))
     unknown = levels.copy()
     unknown[:5] = np.nan
     unknown[7, 2] = np.nan
-    fleet = f.transform(X, np.tile(f.fleet_level, (40, 1)))
-    got = f.transform(X, unknown)
-    np.testing.assert_array_equal(got[:5], fleet[:5])
-    np.testing.assert_array_equal(got[7, 5], fleet[7, 5])
-    np.testing.assert_array_equal(got[7, 3], f.transform(X, levels)[7, 3])
-    np.testing.assert_array_equal(f.transform(X), fleet)
+    known, got = f.transform(X, levels), f.transform(X, unknown)
+    assert (got[:5, 3:6] == 0).all() and (got[:5, 9:] == 0).all()  # relative values and their masks
+    np.testing.assert_array_equal(got[:5, :3], known[:5, :3])  # the values and their masks stay
+    np.testing.assert_array_equal(got[:5, 6:9], known[:5, 6:9])
+    assert (got[7, 5] == 0).all() and (got[7, 11] == 0).all()  # one channel's level unknown: that channel only
+    np.testing.assert_array_equal(got[7, [3, 4, 9, 10]], known[7, [3, 4, 9, 10]])
+    np.testing.assert_array_equal(got[5:7], known[5:7])
+    np.testing.assert_array_equal(f.transform(X)[:, 3:6], np.zeros((40, 3, 8), np.float32))
     with pytest.raises(ValueError, match=r"unit levels of shape \(40 windows, 3 channels\)"):
         f.transform(X, levels[:, :2])
     with pytest.raises(ValueError, match="pass levels"):
@@ -141,7 +142,7 @@ def test_relative_state_round_trips_and_an_older_state_has_no_relative_channels(
     np.testing.assert_array_equal(f.transform(X, levels), g.transform(X, levels))
     older = {k: v for k, v in f.to_dict().items() if k != "relative"}
     assert not WindowFeaturizer.from_dict(older).relative and WindowFeaturizer.from_dict(older).width == 6
-    broken = {**f.to_dict(), "relative": {"scale": [1.0], "fleet_level": [0.0, 0.0, 0.0]}}
+    broken = {**f.to_dict(), "relative": {"scale": [1.0]}}
     with pytest.raises(ValueError, match="different numbers"):
         WindowFeaturizer.from_dict(broken)
 
@@ -165,6 +166,11 @@ def test_training_and_unlabelled_windows_of_a_unit_share_its_level_from_its_earl
     np.testing.assert_allclose(prepared.unit_levels("val"), np.tile(channel_levels(val.X[:3]), (4, 1)))
     featurizer = prepared.fit_featurizer(relative=True)
     assert prepared.features(featurizer, "train").shape == (6, 8, 4)
+    dropped = prepared.features(featurizer, "train", level_dropout=0.5)
+    without = (dropped[:, 6:] == 0).all(axis=(1, 2))  # relative masks all 0: the window has no level
+    assert 0 < without.sum() < 6
+    np.testing.assert_array_equal(dropped[~without], prepared.features(featurizer, "train")[~without])
+    np.testing.assert_array_equal(dropped, prepared.features(featurizer, "train", level_dropout=0.5))  # seeded
     assert prepared.features(prepared.fit_featurizer(relative=False), "val").shape == (4, 4, 4)
 
 
