@@ -80,10 +80,7 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
                            seed=seed if split_seed is None else split_seed)
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
-    featurizer = prepared.fit_featurizer(sensor.model.relative_channels)
-    dropout = sensor.model.level_dropout
-    x = {k: prepared.features(featurizer, k, dropout if k in ("train", "unlabelled") else 0.0)
-         for k in ("train", "val", "test", "unlabelled")}
+    featurizer, x = bench.featurise(prepared, sensor.model)
     members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y, x["unlabelled"], seed, cpu)
     raw_val, _, _ = bench.ours_probabilities(members, x["val"], val, x["test"], False, cpu)
     p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, x["test"], True, cpu, sensor.calibrate.methods)

@@ -121,6 +121,15 @@ def scores_on_test(test, p_test: np.ndarray, threshold: float) -> dict:
     return {**classification_metrics(test.y, p_test, threshold), "per_unit_pr_auc": per_unit}
 
 
+def featurise(prepared, model: SensorModelConfig) -> tuple:
+    """The featurizer `model` asks for, fitted on the training windows, and each split's windows featurised as the
+    pipeline does (`train`, `val`, `test`, and `unlabelled`: training windows without a label; the level dropout on
+    the training ones only)."""
+    featurizer = prepared.fit_featurizer(model.relative_channels)
+    return featurizer, {split: prepared.features(featurizer, split, model.level_dropout if split in (
+        "train", "unlabelled") else 0.0) for split in ("train", "val", "test", "unlabelled")}
+
+
 def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device, make_encoder=None,
              unlabelled_x=None) -> list:
     return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device,
@@ -160,8 +169,8 @@ def evaluate_ours(members, val_x, val, test_x, test, calibrate: bool, device,
 
 def novelty_variants(members, scorer: NoveltyScorer, x: dict, windows: dict, count: int, device) -> dict:
     """Novelty only, and combined with the supervised probability by the rule validation chooses, each unit scored
-    against its first `count` windows (its own mean, the spread shrunk to the fleet's within-unit spread); and combined with the fleet's normal as
-    every unit's reference (what a unit without its own reference gets)."""
+    against its first `count` windows (its own mean, the spread shrunk to the fleet's within-unit spread); and combined
+    with the fleet's normal as every unit's reference (what a unit without its own reference gets)."""
     scored = {split: score_windows(scorer, x[split]) for split in ("train", "val", "test")}
     train = windows["train"]
     healthy = train.y == 0  # training labels, flipped ones included: what a user has
@@ -251,9 +260,7 @@ def run_condition(dataset: str, flip: float, seed: int, variants: list[str], roc
         with relative channels also `test_without_level`: no test unit's level known."""
         key = (model.relative_channels, model.level_dropout)
         if key not in cache:
-            featurizer = prepared.fit_featurizer(model.relative_channels)
-            cache[key] = {split: prepared.features(featurizer, split, model.level_dropout if split in (
-                "train", "unlabelled") else 0.0) for split in ("train", "val", "test", "unlabelled")}
+            featurizer, cache[key] = featurise(prepared, model)
             if model.relative_channels:
                 cache[key]["test_without_level"] = featurizer.transform(test.X)
         return cache[key]

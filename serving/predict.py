@@ -96,7 +96,7 @@ class Predictions:
         references = kinds = None
         if model.predictor.takes_references and units is not None and any(u is not None for u in units):
             references, kinds = await asyncio.to_thread(self.units.references, units, model)  # reads the store
-        elif model.predictor.takes_references:  # no unit named: every window against the fleet's normal
+        elif model.predictor.takes_references:  # no unit named: none of its own for any window
             kinds = [FLEET] * len(windows)
         answers, model = await self.batchers["sensor", role].submit(
             SensorItems(windows, references or [None] * len(windows), model.version))

@@ -140,7 +140,7 @@ class UnitReferences:
 
     def references(self, units: Sequence[str | None], model: LoadedModel
                    ) -> tuple[list[UnitReference | None], list[str]]:
-        """Per window: its unit's reference for `model` (None: the fleet's normal stands in) and which it is; `model`
+        """Per window: its unit's reference for `model` (None: none of its own) and which it is; `model`
         takes references (its predictor's `takes_references`)."""
         rows = self._rows({u for u in units if u is not None})
         fitted: dict[str, UnitReference | None] = {}

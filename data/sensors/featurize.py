@@ -45,11 +45,10 @@ def first_windows(units: np.ndarray, times: np.ndarray, count: int) -> np.ndarra
 def reference_levels(X: np.ndarray, units: np.ndarray, times: np.ndarray, count: int) -> np.ndarray:
     """(n, C): each window's unit level, fitted on the unit's `count` earliest windows of X (n, C, T)."""
     marked = first_windows(units, times, count)
-    levels = np.empty(X.shape[:2])
-    for unit in np.unique(units):
-        rows = units == unit
-        levels[rows] = channel_levels(X[rows & marked])
-    return levels
+    names, unit_of = np.unique(units, return_inverse=True)
+    order = np.argsort(unit_of[marked], kind="stable")  # each unit's marked windows together, units in name order
+    groups = np.split(X[marked][order], np.cumsum(np.bincount(unit_of[marked], minlength=len(names)))[:-1])
+    return np.stack([channel_levels(group) for group in groups])[unit_of]
 
 
 class WindowFeaturizer:

@@ -7,15 +7,13 @@ references."""
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from contract.manifest import public_key_path, sha256_file
+from contract.manifest import sha256_file
 from data.sensors.featurize import WindowFeaturizer
-from flows.registry import register_and_gate
 from models.export import export_onnx
 from models.sensor.alert import INPUT_AXES, OUTPUTS, AlertModel
 from models.sensor.calibrated import calibrated_ensemble
@@ -28,7 +26,7 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 from tests.integration.test_serving import LIMITS, models, registry, store, window_json  # noqa: F401
-from tests.integration.test_serving_registry import CHANNELS, SENSOR_GATE, SENSOR_NAME, WINDOW
+from tests.integration.test_serving_registry import CHANNELS, WINDOW, register_alone
 
 pytestmark = pytest.mark.integration
 TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.0, attention_layers=1, heads=2, projection=4,
@@ -74,20 +72,13 @@ def novelty_store(tmp_path_factory) -> ModelStore:
                             root / "model.onnx")
     card = {"family": "sensor", "task": "classification", "target": "failure within 8 steps", "channels": CHANNELS,
             "window": WINDOW, "horizon": 8, "featurizer": featurizer.to_dict(), "threshold": 0.5, "ensemble_size": 2,
-            "inputs": list(INPUT_AXES), "outputs": OUTPUTS,
-            "novelty": {"fleet_reference": reference_to_dict(fleet), "reference_steps": 40, "reference_windows": 8,
+            "reference_steps": 40, "reference_windows": 8, "inputs": list(INPUT_AXES), "outputs": OUTPUTS,
+            "novelty": {"fleet_reference": reference_to_dict(fleet),
                         "thresholds": {"novelty": 0.5, "combined": 0.5}, "calibration": calibration,
                         "combination": combination},
             "test_metrics": {"pr_auc": 0.5, "ece": 0.1}, "calibration_error": 0.1,
             "onnx_sha256": sha256_file(onnx_path)}
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    experiment = mlflow.create_experiment("novelty", artifact_location=(root / "artifacts").as_uri())
-    key = root / "keys" / "signing.key"
-    with mlflow.start_run(experiment_id=experiment):
-        outcome = register_and_gate(SENSOR_GATE, card, onnx_path, None, lambda *_: {"pr_auc": 0.0}, key)
-    assert outcome["promoted"]
-    return ModelStore(uri, {"sensor": SENSOR_NAME}, "champion", public_key_path(key), prefer_cuda=False)
+    return register_alone(root, card, onnx_path)
 
 
 def settings(tmp_path, **extra) -> ServingSettings:

@@ -5,15 +5,13 @@ unit's reference), a unit without one with its relative channels masked, and eac
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from contract.manifest import public_key_path, sha256_file
+from contract.manifest import sha256_file
 from data.sensors.featurize import WindowFeaturizer, reference_levels
-from flows.registry import register_and_gate
 from models.export import export_onnx
 from models.sensor.calibrated import calibrated_ensemble
 from models.sensor.config import SensorModelConfig
@@ -22,7 +20,7 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 from tests.integration.test_serving import LIMITS, window_json
-from tests.integration.test_serving_registry import CHANNELS, SENSOR_GATE, SENSOR_NAME, WINDOW
+from tests.integration.test_serving_registry import CHANNELS, WINDOW, register_alone
 
 pytestmark = pytest.mark.integration
 TINY = SensorModelConfig(hidden=8, layers=2, dropout=0.0, attention_layers=0, projection=4, statistics_bins=0)
@@ -57,14 +55,7 @@ def relative_store(tmp_path_factory) -> ModelStore:
             "reference_steps": 40, "reference_windows": 8, "inputs": ["features"],
             "outputs": ["probability", "uncertainty"], "test_metrics": {"pr_auc": 0.5, "ece": 0.1},
             "calibration_error": 0.1, "onnx_sha256": sha256_file(onnx_path)}
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    mlflow.set_tracking_uri(uri)
-    experiment = mlflow.create_experiment("relative", artifact_location=(root / "artifacts").as_uri())
-    key = root / "keys" / "signing.key"
-    with mlflow.start_run(experiment_id=experiment):
-        outcome = register_and_gate(SENSOR_GATE, card, onnx_path, None, lambda *_: {"pr_auc": 0.0}, key)
-    assert outcome["promoted"]
-    return ModelStore(uri, {"sensor": SENSOR_NAME}, "champion", public_key_path(key), prefer_cuda=False)
+    return register_alone(root, card, onnx_path)
 
 
 def test_a_units_windows_are_answered_against_its_own_level_or_without_one(relative_store, tmp_path):
