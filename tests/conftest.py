@@ -39,7 +39,7 @@ LONG_WITHOUT_THE_WORKSPACE = (
     "tests/integration/test_serving.py", "tests/integration/test_serving_novelty.py", "tests/unit/test_sensor_model.py",
     "tests/unit/test_models.py", "tests/unit/test_molecule_prepare.py", "tests/integration/test_trust.py",
     "tests/integration/test_rollback.py", "tests/integration/test_monitoring.py", "tests/unit/test_prediction_log.py",
-    "tests/unit/test_molecule_model.py")
+    "tests/unit/test_molecule_model.py", "tests/unit/test_tune.py", "tests/unit/test_novelty.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

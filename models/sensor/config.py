@@ -134,7 +134,7 @@ class SensorNoveltyConfig(StrictModel):
 
     enabled: bool = True
     rules: list[Literal["supervised", "novelty", "stacker", "max"]] = Field(
-        default_factory=lambda: ["max"], min_length=1,
+        default_factory=lambda: ["stacker"], min_length=1,
         description="combination rules to choose from by cross-fitted validation NLL (models/sensor/combination.py)")
 
 
