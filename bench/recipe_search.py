@@ -151,6 +151,7 @@ ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "fine
 LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
 SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
             "finetune.lr_schedule": "cosine", "finetune.final_lr_ratio": 0.05}
+RELATIVE = {"model.relative_channels": True, "model.level_dropout": 0.2}
 SENSOR = Family(
     datasets={"fd001": ("fd001", "pr_auc"), "fd001_flip0.2": ("fd001_flip0.2", "pr_auc"),
               **{f"skab_split{i}": ("skab", "pr_auc") for i in range(3)}},
@@ -164,8 +165,11 @@ SENSOR = Family(
         "robust_schedule_relative": ("robust_schedule + relative channels (each channel against its unit's level)",
                                      {**ROBUST, **SCHEDULE, "model.relative_channels": True}),
         "robust_schedule_relative_dropout": ("robust_schedule_relative, a fifth of the training windows without "
-                                             "their unit's level", {**ROBUST, **SCHEDULE, "model.relative_channels": True,
-                                                                    "model.level_dropout": 0.2}),
+                                             "their unit's level", {**ROBUST, **SCHEDULE, **RELATIVE}),
+        "robust_schedule_relative_dropout_members5": ("robust_schedule_relative_dropout + 5 members",
+                                                      {**ROBUST, **SCHEDULE, **RELATIVE, "finetune.ensemble_size": 5}),
+        "robust_schedule_relative_dropout_hidden64": ("robust_schedule_relative_dropout + hidden 64",
+                                                      {**ROBUST, **SCHEDULE, **RELATIVE, "model.hidden": 64}),
         "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
         "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
     }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),
