@@ -12,6 +12,7 @@ import optuna
 import pytest
 import yaml
 
+from flows import tune_command
 from flows.config import SearchDimension, TuneConfig
 from flows.molecule.tune import inert
 from flows.params import Params, with_overrides
@@ -127,11 +128,25 @@ def test_the_stage_command_hands_what_it_cannot_settle_to_the_tune_flow(tmp_path
     """Params that do not load: the flow's command line reports them (one paragraph, status 2) and writes nothing;
     the file named by --params, in either spelling, is the one read; other options (--help) are the flow's."""
     _write_params(tmp_path / "params.yaml", "sensor", {"trials": 0})  # this file alone would be settled here
-    for options in (["--params", "other.yaml"], ["--params=other.yaml"]):
-        result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, *options,
-                                  file="other.yaml")
-        assert result.returncode == 2, (options, result.stdout)
-        assert "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
+    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, "--params", "other.yaml",
+                              file="other.yaml")
+    assert result.returncode == 2, result.stdout
+    assert "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
     result, _ = _tune_command(tmp_path, "sensor", {"trials": 0}, "--help")
     assert result.returncode == 0 and "--params" in result.stdout and "tune: off" not in result.stdout
     assert not (tmp_path / "tuned").exists()
+
+
+def test_the_stage_command_reads_the_params_file_named_in_either_spelling(tmp_path, monkeypatch):
+    """`--params=FILE` is read like `--params FILE`: FILE settles the stage here (trials 0), while params.yaml, whose
+    params do not load, goes to the flow's command line (the flow itself is the test above's)."""
+    _write_params(tmp_path / "params.yaml", "sensor", {"trials": 0, "budget_minutes": "soon"})
+    _write_params(tmp_path / "other.yaml", "sensor", {"trials": 0})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the flow's argv before handing over
+    handed = []
+    monkeypatch.setattr(tune_command.runpy, "run_module", lambda module, **_: handed.append((module, sys.argv[1:])))
+    tune_command.main(["sensor", "--params=other.yaml"])
+    assert handed == [] and yaml.safe_load((tmp_path / "tuned" / "sensor.yaml").read_text()) == {}
+    tune_command.main(["sensor"])
+    assert handed == [("flows.sensor.tune", [])]
