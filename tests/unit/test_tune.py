@@ -126,7 +126,8 @@ def test_the_stage_command_writes_the_untuned_outputs_without_the_training_libra
 
 def test_the_stage_command_hands_what_it_cannot_settle_to_the_tune_flow(tmp_path):
     """Params that do not load: the flow's command line reports them (one paragraph, status 2) and writes nothing;
-    the file named by --params, in either spelling, is the one read; other options (--help) are the flow's."""
+    the file named by --params is the one read (either spelling: the next test); other options (--help) are the
+    flow's."""
     _write_params(tmp_path / "params.yaml", "sensor", {"trials": 0})  # this file alone would be settled here
     result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, "--params", "other.yaml",
                               file="other.yaml")
@@ -144,6 +145,7 @@ def test_the_stage_command_reads_the_params_file_named_in_either_spelling(tmp_pa
     _write_params(tmp_path / "other.yaml", "sensor", {"trials": 0})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the flow's argv before handing over
+    monkeypatch.setattr(tune_command, "hold_for_stage", lambda: None)  # the lock lives as long as a stage's process
     handed = []
     monkeypatch.setattr(tune_command.runpy, "run_module", lambda module, **_: handed.append((module, sys.argv[1:])))
     tune_command.main(["sensor", "--params=other.yaml"])
