@@ -166,6 +166,9 @@ SENSOR = Family(
                                      {**ROBUST, **SCHEDULE, "model.relative_channels": True}),
         "robust_schedule_relative_dropout": ("robust_schedule_relative, a fifth of the training windows without "
                                              "their unit's level", {**ROBUST, **SCHEDULE, **RELATIVE}),
+        "robust_schedule_relative_dropout_half": ("robust_schedule_relative, half the training windows without their "
+                                                  "unit's level", {**ROBUST, **SCHEDULE, **RELATIVE,
+                                                                   "model.level_dropout": 0.5}),
         "robust_schedule_relative_dropout_members5": ("robust_schedule_relative_dropout + 5 members",
                                                       {**ROBUST, **SCHEDULE, **RELATIVE, "finetune.ensemble_size": 5}),
         "robust_schedule_relative_dropout_hidden64": ("robust_schedule_relative_dropout + hidden 64",
