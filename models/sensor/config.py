@@ -29,7 +29,7 @@ class SensorModelConfig(StrictModel):
         True, description="each channel also relative to its unit's level over its first data.reference_steps rows "
         "(data/sensors/featurize.py); for a unit the service has no reference for they are masked as missing")
     level_dropout: float = Field(
-        0.2, ge=0, lt=1, description="relative channels: this share of the training windows is featurised without "
+        0.5, ge=0, lt=1, description="relative channels: this share of the training windows is featurised without "
         "its unit's level (seeded), so the network also answers windows of units without a reference")
     statistics_bins: int = Field(
         16, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
