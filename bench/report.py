@@ -34,7 +34,7 @@ SENSOR_METHODS = {"hist_gradient_boosting": "HGB", "minirocket": "MiniRocket + l
                   "recurrent_gru": "GRU encoder (as many parameters)",
                   "recurrent_lstm": "LSTM encoder (as many parameters)", "ours_novelty": "novelty only",
                   "ours_combined": "ours + novelty", "ours_combined_fleet": "ours + novelty, fleet reference",
-                  "ours_combined_stacker": "ours + novelty, stacker (the default)", "ours_combined_max": "ours + novelty, max"}
+                  "ours_combined_stacker": "ours + novelty, stacker", "ours_combined_max": "ours + novelty, max"}
 SENSOR_METRICS = {"pr_auc": "PR-AUC", "ece": "ECE", "roc_auc": "ROC-AUC", "recall_at_p90": "recall at P 0.9",
                   "brier": "Brier"}
 # ../shared/ANCHORS.md, test split, +- over 3 seeds; sensor.json does not carry them. (name, PR-AUC, sd, ECE)

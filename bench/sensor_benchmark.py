@@ -414,7 +414,7 @@ COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ou
            ("ours_mean_teacher", "ours, mean teacher"), ("ours_uncertainty_weights", "ours, uncertainty weights"),
            ("recurrent_rnn", "RNN encoder"), ("recurrent_gru", "GRU encoder"), ("recurrent_lstm", "LSTM encoder"),
            ("ours_novelty", "novelty only"), ("ours_combined", "ours + novelty"),
-           ("ours_combined_fleet", "ours + novelty, fleet reference"), ("ours_combined_stacker", "ours + novelty, stacker (the default)"),
+           ("ours_combined_fleet", "ours + novelty, fleet reference"), ("ours_combined_stacker", "ours + novelty, stacker"),
            ("ours_combined_max", "ours + novelty, max"),
            ("ours_combined_supervised_or_max", "ours + novelty, supervised or max by validation")]
 
