@@ -24,8 +24,9 @@ from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
 from data.molecules.standardize import MAX_HEAVY_ATOMS, InvalidSmilesError, parse_smiles, standardize_mol
 from data.molecules.tokenizer import SmilesTokenError, SmilesTokenizer, pad_tokens
 
-FEATURIZER_VERSION = "4"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens;
-                          # 3: whole-molecule RDKit descriptors; 4: no Laplacian eigenvectors of repeated eigenvalues
+FEATURIZER_VERSION = "5"  # 2: structural encodings (Laplacian k=8, random walk k=8), atom_mask, SMILES tokens;
+                          # 3: whole-molecule RDKit descriptors; 4: no Laplacian eigenvectors of repeated eigenvalues;
+                          # 5: all of RDKit's 2D descriptors (data/molecules/descriptors.py)
 
 ELEMENTS = ["C", "N", "O", "S", "F", "Cl", "Br", "I", "P", "B", "Si", "Se"]
 DEGREES = [0, 1, 2, 3, 4, 5]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from data.config import StrictModel
 from models.config import FinetuneConfig, FixedMasksConfig, PretrainConfig
@@ -21,10 +21,18 @@ class MoleculeModelConfig(StrictModel):
     heads: int = Field(4, ge=1, description="attention heads (hidden must be a multiple)")
     smiles_layers: int = Field(1, ge=1, description="transformer layers over the SMILES tokens")
     cross_layers: int = Field(1, ge=0, description="bidirectional atom <-> token cross-attention layers")
-    descriptors: bool = Field(True, description="feed whole-molecule RDKit descriptors (data/molecules/descriptors.py) to the head")
+    descriptors: Literal["rdkit", "physical", "none"] = Field(
+        "physical", description="whole-molecule RDKit descriptors fed to the head (data/molecules/descriptors.py): rdkit: "
+        "all of RDKit's 2D descriptors; physical: a short list of 16 (logP, TPSA, size, ...); none: not used")
     modalities: Literal["fused", "graph", "smiles"] = Field(
         "fused", description="fused: graph and SMILES views with a gate; graph or smiles: one view only (ablations)"
     )
+
+    @field_validator("descriptors", mode="before")
+    @classmethod
+    def _boolean_descriptors(cls, value):
+        """`true` / `false`, the setting before descriptor sets, keep their meaning: the short list / none."""
+        return {True: "physical", False: "none"}.get(value, value) if isinstance(value, bool) else value
 
 
 class MoleculePretrainConfig(PretrainConfig):

@@ -5,7 +5,7 @@ atom_features (N, A) and bond_features (E, B) categorical indices, edge_index (2
 structural encodings, batch (N,) molecule index per atom (non-decreasing), atom_mask (G, L) 1 for the atom slots
 of each molecule (L: the largest molecule), graph_mask (G,) 1 where the graph view is present, tokens (G, T)
 SMILES token ids padded with 0 ([PAD]); an all-[PAD] row means that molecule has no SMILES view; descriptors
-(G, D) raw whole-molecule RDKit descriptors (data/molecules/descriptors.py).
+(G, DESCRIPTOR_SIZE) raw whole-molecule RDKit descriptors (data/molecules/descriptors.py).
 
 graph:  GINE message passing with bond features (PyG) over atom embeddings + encodings -> atom states (N, H)
 SMILES: token + position embeddings -> transformer layers -> token states (G, T, H)
@@ -15,9 +15,10 @@ cross:  atoms are scattered to a dense (G, L, H) per-molecule layout (positions 
 pool:   per view and molecule, [mean, sum / SIZE_NORM] -> linear (the sum keeps the molecule's size, which
         extensive properties such as solubility need; chemprop's default aggregation is sum / 100) -> gated fusion g * graph + (1 - g) * smiles; where one view is
         absent the other is used alone (neither: zeros)
-descriptors: standardised with training-set statistics stored in the model (buffers, so they travel into ONNX),
-        an unknown one (NaN: a molecule without its graph view) set to the training mean, clipped to
-        +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding (`descriptors: false`: not used)
+descriptors: the leading D columns of the set `descriptors` names (all of RDKit's, or the short physical list;
+        `none`: not used), standardised with training-set statistics stored in the model (buffers, so they travel
+        into ONNX), an unknown one (NaN: a molecule without its graph view) set to the training mean, clipped to
+        +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding
 head:   MLP, one output per molecule (G,)
 """
 
@@ -29,7 +30,7 @@ import torch
 from torch import nn
 from torch_geometric.nn import GINEConv
 
-from data.molecules.descriptors import DESCRIPTOR_SIZE
+from data.molecules.descriptors import DESCRIPTOR_SETS
 from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.tokenizer import MASK_ID, PAD_ID
 from models.molecule.config import MoleculeModelConfig
@@ -199,7 +200,8 @@ class MoleculeNet(nn.Module):
     def __init__(self, atom_sizes: list[int], bond_sizes: list[int], vocab_size: int, max_length: int,
                  cfg: MoleculeModelConfig):
         super().__init__()
-        self.modalities, self.hidden, self.use_descriptors = cfg.modalities, cfg.hidden, cfg.descriptors
+        self.modalities, self.hidden = cfg.modalities, cfg.hidden
+        self.descriptor_count = DESCRIPTOR_SETS.get(cfg.descriptors, 0)  # leading columns used (0: none)
         self.use_graph, self.use_smiles = cfg.modalities in ("fused", "graph"), cfg.modalities in ("fused", "smiles")
         self.encoder = MoleculeEncoder(atom_sizes, bond_sizes, cfg)
         self.smiles_encoder = SmilesEncoder(vocab_size, max_length, cfg)
@@ -207,22 +209,22 @@ class MoleculeNet(nn.Module):
         self.graph_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.smiles_pool = nn.Linear(2 * cfg.hidden, cfg.hidden)
         self.gate = nn.Sequential(nn.Linear(2 * cfg.hidden, cfg.hidden), nn.ReLU(), nn.Linear(cfg.hidden, cfg.hidden))
-        if self.use_descriptors:
-            self.register_buffer("descriptor_mean", torch.zeros(DESCRIPTOR_SIZE))
-            self.register_buffer("descriptor_scale", torch.ones(DESCRIPTOR_SIZE))
-            self.descriptor_mlp = nn.Sequential(nn.Linear(DESCRIPTOR_SIZE, cfg.hidden), nn.ReLU(),
+        if self.descriptor_count:
+            self.register_buffer("descriptor_mean", torch.zeros(self.descriptor_count))
+            self.register_buffer("descriptor_scale", torch.ones(self.descriptor_count))
+            self.descriptor_mlp = nn.Sequential(nn.Linear(self.descriptor_count, cfg.hidden), nn.ReLU(),
                                                 nn.Linear(cfg.hidden, cfg.hidden))
-        head_in = cfg.hidden * (2 if self.use_descriptors else 1)
+        head_in = cfg.hidden * (2 if self.descriptor_count else 1)
         self.head = nn.Sequential(
             nn.Linear(head_in, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, 1)
         )
 
     def fit_descriptor_scaling(self, descriptors) -> None:
-        """Store the mean and standard deviation (a constant column: 1) of training descriptors (n, D); no-op
-        without descriptors."""
-        if not self.use_descriptors:
+        """Store the mean and standard deviation (a constant column: 1) of the used columns of training descriptors
+        (n, DESCRIPTOR_SIZE); no-op without descriptors."""
+        if not self.descriptor_count:
             return
-        values = torch.as_tensor(descriptors, dtype=torch.float64)
+        values = torch.as_tensor(descriptors, dtype=torch.float64)[:, :self.descriptor_count]
         std = values.std(dim=0, unbiased=False)
         self.descriptor_mean.copy_(values.mean(dim=0))
         self.descriptor_scale.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
@@ -256,8 +258,8 @@ class MoleculeNet(nn.Module):
     def forward(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens,
                 descriptors):
         embedding = self.embed(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens)
-        if self.use_descriptors:
-            scaled = (descriptors - self.descriptor_mean) / self.descriptor_scale
+        if self.descriptor_count:
+            scaled = (descriptors[:, :self.descriptor_count] - self.descriptor_mean) / self.descriptor_scale
             scaled = torch.where(torch.isnan(scaled), 0.0, scaled).clamp(-DESCRIPTOR_CLIP, DESCRIPTOR_CLIP)
             embedding = torch.cat([embedding, self.descriptor_mlp(scaled)], dim=-1)
         return self.head(embedding).squeeze(-1)

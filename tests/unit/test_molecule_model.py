@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS, PHYSICAL_DESCRIPTORS
 from data.molecules.featurize import ATOM_FEATURE_SIZES, MODEL_INPUT_AXES, MODEL_INPUTS, batch_inputs, featurize_smiles
 from data.molecules.tokenizer import SmilesTokenizer
 from models.export import CalibratedRegressorEnsemble, export_onnx
@@ -21,7 +22,7 @@ from models.training import train
 from models.onnx_runtime import load_session, run
 from tests.devices import DEVICES
 
-SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1)
+SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1, descriptors="rdkit")
 HANDFUL = ["CCO", "c1ccccc1", "CC(=O)O", "C[N+](C)(C)C", "O", "CCCCCCCC", "Clc1ccc(Br)cc1", "C1CC1"]
 TOKENIZER = SmilesTokenizer.build([featurize_smiles(s).smiles for s in HANDFUL], max_length=24)
 CPU = torch.device("cpu")
@@ -78,14 +79,15 @@ def test_each_fallback_mode_gives_finite_outputs_that_use_the_present_view():
 
 
 def test_descriptors_are_standardised_with_stored_training_statistics_and_clipped():
-    net = model()
+    net = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": "rdkit"}))
     train = inputs(HANDFUL)["descriptors"].astype(np.float64)
+    assert train.shape[1] == DESCRIPTOR_SIZE
     train[:, 3] = 7.0  # a constant column keeps scale 1
     net.fit_descriptor_scaling(train)
     assert np.allclose(net.descriptor_mean.numpy(), train.mean(axis=0))
     expected_scale = train.std(axis=0)
-    expected_scale[3] = 1.0
-    assert np.allclose(net.descriptor_scale.numpy(), expected_scale)
+    expected_scale[expected_scale <= 1e-8] = 1.0
+    assert expected_scale[3] == 1.0 and np.allclose(net.descriptor_scale.numpy(), expected_scale)
     assert "descriptor_mean" in net.state_dict()  # travels with the checkpoint and into ONNX
     arrays = inputs(["CCO", "c1ccccc1O"])
     base = forward(net, arrays)
@@ -95,8 +97,29 @@ def test_descriptors_are_standardised_with_stored_training_statistics_and_clippe
     assert not torch.isclose(out[0], base[0]) and torch.isclose(out[1], base[1])
     huge, huger = ({**arrays, "descriptors": np.full_like(arrays["descriptors"], v)} for v in (1e6, 1e9))
     assert torch.allclose(forward(net, huge), forward(net, huger))  # clipped: far outside training is bounded
-    plain = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": False}))
-    assert torch.allclose(forward(plain, arrays), forward(plain, changed))  # descriptors: false ignores them
+    plain = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": "none"}))
+    assert torch.allclose(forward(plain, arrays), forward(plain, changed))  # descriptors: none ignores them
+
+
+def test_a_descriptor_set_uses_its_leading_columns_only():
+    physical = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": "physical"}))
+    full = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": "rdkit"}))
+    train = inputs(HANDFUL)["descriptors"]
+    for net in (physical, full):
+        net.fit_descriptor_scaling(train)
+    assert physical.descriptor_mean.shape == (len(PHYSICAL_DESCRIPTORS),)
+    arrays = inputs(["CCO", "c1ccccc1O"])
+    beyond = {**arrays, "descriptors": arrays["descriptors"].copy()}
+    beyond["descriptors"][:, DESCRIPTORS.index("BertzCT")] += 500.0  # not in the physical list
+    assert torch.allclose(forward(physical, arrays), forward(physical, beyond))
+    assert not torch.allclose(forward(full, arrays), forward(full, beyond))
+
+
+def test_boolean_descriptors_keep_their_meaning_from_before_descriptor_sets():
+    assert MoleculeModelConfig(descriptors=True).descriptors == "physical"
+    assert MoleculeModelConfig(descriptors=False).descriptors == "none"
+    with pytest.raises(ValueError):
+        MoleculeModelConfig(descriptors="all")
 
 
 def test_attention_stays_inside_each_molecule():
