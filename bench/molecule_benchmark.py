@@ -38,7 +38,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from data.molecules.config import MoleculeDataConfig  # noqa: E402
-from data.molecules.descriptors import DESCRIPTORS  # noqa: E402
+from data.molecules.descriptors import DESCRIPTOR_SETS  # noqa: E402
 from data.molecules.featurize import featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
@@ -55,7 +55,7 @@ DATASETS = {
     "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
              "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
 }
-VARIANTS = {  # name: (modalities, pretrained, descriptors); fused_pre_distance: pretrained with the distance task too
+VARIANTS = {  # name: (modalities, pretrained, descriptors: params.yaml's set or none); fused_pre_distance: pretrained with the distance task too
     "fused_pre": ("fused", True, True), "fused": ("fused", False, True), "fused_pre_distance": ("fused", True, True),
     "graph_pre": ("graph", True, True), "graph": ("graph", False, True),
     "smiles_pre": ("smiles", True, True), "smiles": ("smiles", False, True),
@@ -139,7 +139,7 @@ def run_forest(prepared, task: str, seed: int) -> np.ndarray:
 
 def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, modalities: str, descriptors: bool,
              pretrained: dict | None, seed: int, members: int) -> tuple[np.ndarray, list[int]]:
-    model_cfg = model_cfg.model_copy(update={"modalities": modalities, "descriptors": descriptors})
+    model_cfg = model_cfg.model_copy(update={"modalities": modalities, **({} if descriptors else {"descriptors": "none"})})
     mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
     outs, epochs = [], []
     for member in range(members):
@@ -152,10 +152,11 @@ def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg,
     return np.mean(outs, axis=0), epochs
 
 
-def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None, descriptors: bool = False) -> np.ndarray:
-    """chemprop's CLI defaults; `descriptors`: plus our DESCRIPTORS as extra datapoint descriptors (chemprop scales
-    them and concatenates them to its learned representation), the same information our model gets."""
-    columns = [f"descriptor_{i}" for i in range(len(DESCRIPTORS))] if descriptors else []
+def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None, descriptors: int = 0) -> np.ndarray:
+    """chemprop's CLI defaults; `descriptors` > 0: plus the leading columns of our DESCRIPTORS (the set params.yaml's
+    model uses) as extra datapoint descriptors (chemprop scales them and concatenates them to its learned
+    representation), the same information our model gets."""
+    columns = [f"descriptor_{i}" for i in range(descriptors)]
     with tempfile.TemporaryDirectory(prefix="chemprop-") as tmp:
         tmp = Path(tmp)
         paths = []
@@ -163,7 +164,7 @@ def run_chemprop(binary: str, prepared, task: str, seed: int, epochs: int | None
             paths.append(tmp / f"{split}.csv")
             frame = prepared.splits[split][["smiles", "target"]].copy()
             if columns:
-                values = np.stack([featurize_smiles(x).descriptors for x in frame["smiles"]])
+                values = np.stack([featurize_smiles(x).descriptors[:descriptors] for x in frame["smiles"]])
                 frame[columns] = values
             frame.to_csv(paths[-1], index=False)
         extra = ["--descriptors-columns", *columns] if columns else []
@@ -303,7 +304,8 @@ def main() -> None:
             if chemprop and args.chemprop_descriptors:
                 t = time.time()
                 record("chemprop_descriptors", seed,
-                       run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs, descriptors=True), time.time() - t)
+                       run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs,
+                                    descriptors=DESCRIPTOR_SETS[model_cfg.descriptors]), time.time() - t)
             pretrained = {}  # distance weight -> pretrained state
             pretrain_seconds = {}  # distance weight -> seconds per pretraining epoch
 

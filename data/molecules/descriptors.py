@@ -54,7 +54,7 @@ DESCRIPTORS = PHYSICAL_DESCRIPTORS + [
     "fr_tetrazole", "fr_thiazole", "fr_thiocyan", "fr_thiophene", "fr_unbrch_alkane", "fr_urea",
 ]
 DESCRIPTOR_SIZE = len(DESCRIPTORS)
-DESCRIPTOR_SETS = {"physical": len(PHYSICAL_DESCRIPTORS), "rdkit": DESCRIPTOR_SIZE}  # set -> leading columns used
+DESCRIPTOR_SETS = {"rdkit": DESCRIPTOR_SIZE, "physical": len(PHYSICAL_DESCRIPTORS), "none": 0}  # -> leading columns used
 
 _FUNCTIONS = dict(Descriptors.descList)
 _MISSING = [name for name in DESCRIPTORS if name not in _FUNCTIONS]

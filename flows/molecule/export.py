@@ -40,7 +40,8 @@ INPUT_DOC = {
     "graph_mask": "float32 (molecules,) 1 where the graph view is used (0: one placeholder atom, SMILES view alone)",
     "tokens": "int64 (molecules, tokens) SMILES token ids padded with 0; an all-0 row: graph view only",
     "descriptors": f"float32 (molecules, {DESCRIPTOR_SIZE}) raw RDKit descriptors, in the order of {', '.join(DESCRIPTORS)}; "
-                   "NaN: unknown (taken as the training mean)",
+                   "NaN: unknown (taken as the training mean); the model uses the leading columns of its set "
+                   "(model.descriptors: rdkit all, physical the first 16, none)",
 }
 
 

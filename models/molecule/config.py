@@ -22,7 +22,7 @@ class MoleculeModelConfig(StrictModel):
     smiles_layers: int = Field(1, ge=1, description="transformer layers over the SMILES tokens")
     cross_layers: int = Field(1, ge=0, description="bidirectional atom <-> token cross-attention layers")
     descriptors: Literal["rdkit", "physical", "none"] = Field(
-        "physical", description="whole-molecule RDKit descriptors fed to the head (data/molecules/descriptors.py): rdkit: "
+        "rdkit", description="whole-molecule RDKit descriptors fed to the head (data/molecules/descriptors.py): rdkit: "
         "all of RDKit's 2D descriptors; physical: a short list of 16 (logP, TPSA, size, ...); none: not used")
     modalities: Literal["fused", "graph", "smiles"] = Field(
         "fused", description="fused: graph and SMILES views with a gate; graph or smiles: one view only (ablations)"

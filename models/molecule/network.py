@@ -201,7 +201,7 @@ class MoleculeNet(nn.Module):
                  cfg: MoleculeModelConfig):
         super().__init__()
         self.modalities, self.hidden = cfg.modalities, cfg.hidden
-        self.descriptor_count = DESCRIPTOR_SETS.get(cfg.descriptors, 0)  # leading columns used (0: none)
+        self.descriptor_count = DESCRIPTOR_SETS[cfg.descriptors]  # leading columns used (0: none)
         self.use_graph, self.use_smiles = cfg.modalities in ("fused", "graph"), cfg.modalities in ("fused", "smiles")
         self.encoder = MoleculeEncoder(atom_sizes, bond_sizes, cfg)
         self.smiles_encoder = SmilesEncoder(vocab_size, max_length, cfg)
