@@ -209,7 +209,7 @@ def test_sign_flip_touches_only_laplacian_columns_one_sign_per_molecule():
     assert RANDOM_WALK_K + LAPLACIAN_K == POSITIONAL_SIZE
 
 
-from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS  # noqa: E402
+from data.molecules.descriptors import DESCRIPTOR_SETS, DESCRIPTOR_SIZE, DESCRIPTORS, PHYSICAL_DESCRIPTORS  # noqa: E402
 
 
 def _descriptor(g, name):
@@ -237,3 +237,13 @@ def test_descriptors_do_not_depend_on_the_input_smiles_and_batch_per_molecule():
     assert batch["descriptors"].shape == (3, DESCRIPTOR_SIZE) and batch["descriptors"].dtype == np.float32
     assert np.array_equal(batch["descriptors"][0], a.descriptors)
     assert np.isfinite(batch["descriptors"]).all()
+
+
+def test_each_descriptor_set_is_a_leading_block_of_the_pinned_list():
+    assert DESCRIPTORS[:len(PHYSICAL_DESCRIPTORS)] == PHYSICAL_DESCRIPTORS and len(set(DESCRIPTORS)) == DESCRIPTOR_SIZE
+    assert DESCRIPTOR_SETS == {"rdkit": DESCRIPTOR_SIZE, "physical": len(PHYSICAL_DESCRIPTORS), "none": 0}
+    assert "Ipc" not in DESCRIPTORS and "AvgIpc" in DESCRIPTORS  # Ipc spans tens of orders of magnitude
+    # a large, branched molecule: every value finite and within float32 (cyclosporin-like peptide macrocycle)
+    big = featurize_smiles("CC[C@H](C)[C@@H]1NC(=O)[C@H](Cc2ccccc2)N(C)C(=O)[C@H](CC(C)C)NC(=O)[C@@H](C(C)C)"
+                           "N(C)C(=O)[C@H](CCCNC(N)=N)NC(=O)[C@H](CO)NC(=O)[C@H](Cc2ccc(O)cc2)N(C)C1=O")
+    assert np.isfinite(big.descriptors).all() and _descriptor(big, "fr_guanido") == 1
