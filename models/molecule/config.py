@@ -32,7 +32,7 @@ class MoleculeModelConfig(StrictModel):
     @classmethod
     def _boolean_descriptors(cls, value):
         """`true` / `false`, the setting before descriptor sets, keep their meaning: the short list / none."""
-        return {True: "physical", False: "none"}.get(value, value) if isinstance(value, bool) else value
+        return ("physical" if value else "none") if isinstance(value, bool) else value
 
 
 class MoleculePretrainConfig(PretrainConfig):
