@@ -139,7 +139,7 @@ MOLECULE = Family(
         "schedule_hidden300": ("schedule + hidden 300 (chemprop's width)", {**MOLECULE_SCHEDULE, "model.hidden": 300}),
         "schedule_layers4": ("schedule + 4 GINE layers", {**MOLECULE_SCHEDULE, "model.layers": 4}),
         "schedule_members5": ("schedule + 5 members", {**MOLECULE_SCHEDULE, "finetune.ensemble_size": 5}),
-        "schedule_rdkit_descriptors": ("schedule + all of RDKit's 2D descriptors (216 instead of 16)",
+        "schedule_rdkit_descriptors": ("schedule + all of RDKit's 2D descriptors (205 instead of 16)",
                                        {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit"}),
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors"),
     run=run_molecule)
