@@ -43,7 +43,7 @@ class ServingSettings(BaseSettings):
                                  "answered from its SMILES alone where the model can (`modality: smiles_only`), and is "
                                  "not drawn")
     depict_workers: int = Field(1, ge=1, description="processes drawing molecules: at most this many drawings at once")
-    request_timeout_s: float = Field(10.0, gt=0, description="a prediction not answered by then gets 504")
+    request_timeout_s: float = Field(30.0, gt=0, description="a prediction not answered by then gets 504")
     batch_max_items: int = Field(512, ge=1, description="items per model call at most")
     batch_max_bytes: int = Field(2 * 2**20, ge=1, description="input bytes per model call at most (one item always)")
     batch_share: int = Field(32, ge=1, description="items one request adds to a model call per round-robin turn")
