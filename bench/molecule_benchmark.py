@@ -55,7 +55,9 @@ DATASETS = {
     "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
              "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
 }
-VARIANTS = {  # name: (modalities, pretrained, descriptors: params.yaml's set or none); fused_pre_distance: pretrained with the distance task too
+# name: (modalities, pretrained, descriptors: params.yaml's set or none); fused_pre_distance: pretrained with the
+# distance task too
+VARIANTS = {
     "fused_pre": ("fused", True, True), "fused": ("fused", False, True), "fused_pre_distance": ("fused", True, True),
     "graph_pre": ("graph", True, True), "graph": ("graph", False, True),
     "smiles_pre": ("smiles", True, True), "smiles": ("smiles", False, True),
@@ -139,7 +141,8 @@ def run_forest(prepared, task: str, seed: int) -> np.ndarray:
 
 def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, modalities: str, descriptors: bool,
              pretrained: dict | None, seed: int, members: int) -> tuple[np.ndarray, list[int]]:
-    model_cfg = model_cfg.model_copy(update={"modalities": modalities, **({} if descriptors else {"descriptors": "none"})})
+    update = {"modalities": modalities, **({} if descriptors else {"descriptors": "none"})}
+    model_cfg = model_cfg.model_copy(update=update)
     mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
     outs, epochs = [], []
     for member in range(members):

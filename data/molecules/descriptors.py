@@ -1,13 +1,13 @@
 """Whole-molecule RDKit descriptors, part of the shared featurisation (numpy + RDKit, no torch).
 
-Every molecule gets RDKit's 2D descriptors (`DESCRIPTORS`, ~6 ms per drug-like molecule), in a fixed order: first a
+Every molecule gets RDKit's 2D descriptors (`DESCRIPTORS`, about 9 ms per BBBP molecule), in a fixed order: first a
 short list of physically meaningful ones (`PHYSICAL_DESCRIPTORS`: lipophilicity and refractivity (Crippen), polar
 surface, size, hydrogen-bond donors/acceptors, flexibility, rings and saturation; solubility follows logP, size and
 aromatic share, Delaney 2004), then the rest of RDKit's list (E-state, charges, connectivity and shape indices, VSA
 bins, fragment counts, QED) but those whose cost grows steeply with a molecule's size: `Ipc` and `AvgIpc` (a
-characteristic polynomial, about 0.4 s for 200 heavy atoms; Ipc's values also span tens of orders of magnitude), the
-eight `BCUT2D_*`, `BertzCT` and `BalabanJ` (together about 0.08 s there). The rest cost about 0.03 s for 200 heavy
-atoms, so the service's largest legal molecules stay affordable. A model
+characteristic polynomial, about 0.4 s for a molecule of 196 heavy atoms; Ipc's values also span tens of orders of
+magnitude), the eight `BCUT2D_*`, `BertzCT` and `BalabanJ` (together about 0.09 s there). The rest take about 0.06 s
+for such a molecule (all figures on a loaded 2-core machine, 2026-12-06). A model
 uses the leading columns of a set (`DESCRIPTOR_SETS`; `molecule.model.descriptors`) and standardises them with
 training-set statistics it stores (models/molecule/network.py). Names are pinned here, not read from the installed
 RDKit, so a column means the same in training and serving. Changing the list changes the model's input: bump
@@ -57,7 +57,8 @@ DESCRIPTORS = PHYSICAL_DESCRIPTORS + [
     "fr_unbrch_alkane", "fr_urea",
 ]
 DESCRIPTOR_SIZE = len(DESCRIPTORS)
-DESCRIPTOR_SETS = {"rdkit": DESCRIPTOR_SIZE, "physical": len(PHYSICAL_DESCRIPTORS), "none": 0}  # -> leading columns used
+# molecule.model.descriptors -> the leading columns of DESCRIPTORS a model uses
+DESCRIPTOR_SETS = {"rdkit": DESCRIPTOR_SIZE, "physical": len(PHYSICAL_DESCRIPTORS), "none": 0}
 
 _FUNCTIONS = dict(Descriptors.descList)
 _MISSING = [name for name in DESCRIPTORS if name not in _FUNCTIONS]

@@ -22,7 +22,8 @@ from models.training import train
 from models.onnx_runtime import load_session, run
 from tests.devices import DEVICES
 
-SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1, descriptors="rdkit")
+SMALL = MoleculeModelConfig(hidden=16, layers=2, dropout=0.0, heads=2, smiles_layers=1, cross_layers=1,
+                            descriptors="rdkit")
 HANDFUL = ["CCO", "c1ccccc1", "CC(=O)O", "C[N+](C)(C)C", "O", "CCCCCCCC", "Clc1ccc(Br)cc1", "C1CC1"]
 TOKENIZER = SmilesTokenizer.build([featurize_smiles(s).smiles for s in HANDFUL], max_length=24)
 CPU = torch.device("cpu")
@@ -79,7 +80,7 @@ def test_each_fallback_mode_gives_finite_outputs_that_use_the_present_view():
 
 
 def test_descriptors_are_standardised_with_stored_training_statistics_and_clipped():
-    net = build_model(len(TOKENIZER), TOKENIZER.max_length, SMALL.model_copy(update={"descriptors": "rdkit"}))
+    net = model()
     train = inputs(HANDFUL)["descriptors"].astype(np.float64)
     assert train.shape[1] == DESCRIPTOR_SIZE
     train[:, 3] = 7.0  # a constant column keeps scale 1
