@@ -148,7 +148,8 @@ MOLECULE = Family(
 SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience": 2, "finetune.lr": 0.002,
                    "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
                    "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
-                   "finetune.ensemble_size": 3, "model.relative_channels": False, "model.level_dropout": 0.0}
+                   "finetune.ensemble_size": 3, "model.relative_channels": False, "model.level_dropout": 0.0,
+                   "model.dropout": 0.1}
 ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
 LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
 SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
@@ -171,13 +172,20 @@ SENSOR = Family(
         "robust_schedule_relative_dropout_half": ("robust_schedule_relative, half the training windows without their "
                                                   "unit's level", {**ROBUST, **SCHEDULE, **RELATIVE,
                                                                    "model.level_dropout": 0.5}),
+        "robust_schedule_relative_dropout_half_q0.7": ("robust_schedule_relative_dropout_half, GCE q 0.7 (more robust "
+                                                       "to flipped labels)", {**ROBUST, **SCHEDULE, **RELATIVE,
+                                                                              "model.level_dropout": 0.5,
+                                                                              "finetune.loss.gce_q": 0.7}),
+        "robust_schedule_relative_dropout_half_dropout0.2": ("robust_schedule_relative_dropout_half, dropout 0.2",
+                                                             {**ROBUST, **SCHEDULE, **RELATIVE,
+                                                              "model.level_dropout": 0.5, "model.dropout": 0.2}),
         "robust_schedule_relative_dropout_members5": ("robust_schedule_relative_dropout + 5 members",
                                                       {**ROBUST, **SCHEDULE, **RELATIVE, "finetune.ensemble_size": 5}),
         "robust_schedule_relative_dropout_hidden64": ("robust_schedule_relative_dropout + hidden 64",
                                                       {**ROBUST, **SCHEDULE, **RELATIVE, "model.hidden": 64}),
         "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
         "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
-    }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, 3 members"),
+    }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, dropout 0.1, 3 members"),
     run=run_sensor)
 FAMILIES = {"molecule": MOLECULE, "sensor": SENSOR}
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from data.errors import DataValidationError
-from data.molecules.featurize import FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_or_smiles_view
+from data.molecules.featurize import (FEATURIZER_VERSION, MolGraph, batch_inputs, encode_tokens, featurize_or_smiles_view,
+                                      one_blas_thread)
 from data.molecules.tokenizer import SmilesTokenizer
 from data.sensors.featurize import WindowFeaturizer, channel_levels
 from models.onnx_runtime import load_session, run
@@ -150,13 +151,14 @@ class MoleculePredictor:
         """Returns `prediction` and `uncertainty` (n,) float (NaN where not answered), `error` (n,) str or None and
         `modality` (n,) `fused`, `graph_only`, `smiles_only` or None (not answered)."""
         graphs, errors = [], []
-        for item in smiles:
-            try:
-                graphs.append(featurize_or_smiles_view(item))
-                errors.append(None)
-            except DataValidationError as error:
-                graphs.append(None)
-                errors.append(str(error))
+        with one_blas_thread():
+            for item in smiles:
+                try:
+                    graphs.append(featurize_or_smiles_view(item))
+                    errors.append(None)
+                except DataValidationError as error:
+                    graphs.append(None)
+                    errors.append(str(error))
         prediction = np.full(len(smiles), np.nan, dtype=np.float32)
         uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
         modality = np.full(len(smiles), None, dtype=object)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from rdkit import Chem, rdBase
+from threadpoolctl import threadpool_limits
 
 from data.molecules.descriptors import DESCRIPTOR_SIZE, molecule_descriptors
 from data.molecules.encodings import POSITIONAL_SIZE, positional_encodings
@@ -128,6 +129,15 @@ def featurize_mol(mol: Chem.Mol) -> MolGraph:
     return MolGraph(atom_features=atoms, edge_index=edge_index, bond_features=bond_features,
                     positional=positional_encodings(edge_index, len(atoms)), descriptors=molecule_descriptors(mol),
                     smiles=Chem.MolToSmiles(mol))
+
+
+def one_blas_thread() -> threadpool_limits:
+    """A context in which BLAS and LAPACK run on one thread: the structural encodings' eigendecomposition and walk
+    powers are on matrices of tens of atoms, where more threads only add their start-up and, when the cores are busy,
+    wait for them (a BBBP molecule's featurisation 12-13 ms on one thread against 20-23 ms with OpenBLAS's default,
+    two busy cores, 2026-12-06). Featurise many molecules inside one such context: entering it costs about a
+    millisecond."""
+    return threadpool_limits(1, user_api="blas")
 
 
 def featurize_smiles(smiles: str, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> MolGraph:

@@ -14,7 +14,7 @@ from sklearn.metrics import roc_auc_score
 
 from data.molecules.encodings import random_sign_flip
 from data.molecules.featurize import (ATOM_FEATURE_SIZES, BOND_FEATURE_SIZES, MODEL_INPUTS, MolGraph, batch_inputs,
-                                      encode_tokens, featurize_smiles)
+                                      encode_tokens, featurize_smiles, one_blas_thread)
 from data.molecules.standardize import MAX_HEAVY_ATOMS
 from data.molecules.tokenizer import CLS_ID, PAD_ID, SEP_ID, SmilesTokenizer
 from models.batching import index_batches
@@ -38,7 +38,8 @@ class Molecules:
     def from_smiles(cls, smiles: list[str], tokenizer: SmilesTokenizer, max_heavy_atoms: int | None = MAX_HEAVY_ATOMS) -> Molecules:
         """Featurise already-cleaned SMILES (n,) with the shared featurisation and `tokenizer` (MoleculeTooLargeError
         above `max_heavy_atoms`)."""
-        graphs = [featurize_smiles(s, max_heavy_atoms) for s in smiles]
+        with one_blas_thread():
+            graphs = [featurize_smiles(s, max_heavy_atoms) for s in smiles]
         return cls(graphs, encode_tokens(graphs, tokenizer))
 
     def __len__(self) -> int:

@@ -458,3 +458,30 @@ def test_the_export_parity_check_skips_smiles_views_the_tokenizer_cannot_take(ex
     molecules = Molecules.from_smiles(smiles, TOKENIZER)
     assert molecules.tokens[2] is None and molecules.tokens[0] is not None
     assert parity.fn(ensemble, MoleculePredictor(path, card, prefer_cuda=False), molecules, smiles) <= 1e-4
+
+
+def test_featurisation_runs_its_linear_algebra_on_one_blas_thread_where_the_process_allows_more(exported, monkeypatch):
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from data.molecules import featurize as featurize_module
+    from models.predictors import MoleculePredictor
+
+    seen, encodings = [], featurize_module.positional_encodings
+
+    def recording(edge_index, n_atoms):
+        seen.append({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+        return encodings(edge_index, n_atoms)
+
+    monkeypatch.setattr(featurize_module, "positional_encodings", recording)
+    from data.molecules.featurize import FEATURIZER_VERSION
+    _, _, path = exported
+    card = {"task": "regression", "featurizer_version": FEATURIZER_VERSION, "tokenizer": TOKENIZER.to_dict()}
+    predictor = MoleculePredictor(path, card, prefer_cuda=False)
+    with threadpool_limits(2, user_api="blas"):
+        allowed = {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+        if allowed != {2}:
+            pytest.skip(f"this machine's BLAS does not take 2 threads ({allowed})")
+        Molecules.from_smiles(["CCO", "c1ccccc1"], TOKENIZER)
+        predictor.predict(["CCN"])
+        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {2}  # restored
+    assert seen == [{1}, {1}, {1}]
