@@ -123,7 +123,7 @@ def recipes(baseline: dict, variants: dict[str, tuple[str, dict]], described: st
 MOLECULE_BASELINE = {"model.hidden": 64, "model.layers": 3, "model.dropout": 0.1, "finetune.epochs": 30,
                      "finetune.patience": 6, "finetune.lr": 0.002, "finetune.lr_schedule": "exponential",
                      "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0, "finetune.regression_loss": "mse",
-                     "finetune.ensemble_size": 3, "model.descriptors": "physical"}
+                     "finetune.ensemble_size": 3, "model.descriptors": "physical", "finetune.descriptor_dropout": 0.0}
 MOLECULE_SCHEDULE = {"finetune.epochs": 50, "finetune.patience": 15, "finetune.warmup_epochs": 2,
                      "finetune.final_lr_ratio": 0.1}
 MOLECULE = Family(
@@ -141,7 +141,12 @@ MOLECULE = Family(
         "schedule_members5": ("schedule + 5 members", {**MOLECULE_SCHEDULE, "finetune.ensemble_size": 5}),
         "schedule_rdkit_descriptors": ("schedule + all of RDKit's 2D descriptors (205 instead of 16)",
                                        {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit"}),
-    }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors"),
+        "schedule_rdkit_descriptors_descriptor_dropout0.5": (
+            "schedule_rdkit_descriptors + descriptor dropout 0.5 (half the graphs hidden by modality dropout take the "
+            "descriptors with them)", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
+                                      "finetune.descriptor_dropout": 0.5}),
+    }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors, "
+       "no descriptor dropout"),
     run=run_molecule)
 
 # params.yaml's sensor recipe until 2026-12-03 (relative channels came on 2026-12-06: off in every recipe that does not name them)
