@@ -59,7 +59,7 @@ class MoleculeFinetuneConfig(FinetuneConfig):
         0.1, ge=0, lt=0.5, description="per molecule and view, the chance to hide it (the fused model learns to answer from one)"
     )
     descriptor_dropout: float = Field(
-        0.0, ge=0, le=1, description="the chance that a graph hidden by modality_dropout takes its descriptors with "
+        0.5, ge=0, le=1, description="the chance that a graph hidden by modality_dropout takes its descriptors with "
         "it (trains the SMILES-only answer without descriptors; measured in docs/molecule.md)")
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
 
