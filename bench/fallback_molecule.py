@@ -65,8 +65,9 @@ def condition(params, dataset: str, seed: int, modality_dropout: float, descript
     task, y, mean, std = trained.task, trained.y, trained.mean, trained.std
     scores = {}
     for view, molecules in views(trained.data["test"]).items():
-        raw = np.mean([predict_raw(m, molecules, CPU) for m in trained.members], axis=0)
-        prediction = mean + std * raw if task == "regression" else 1 / (1 + np.exp(-raw))
+        raw = np.stack([predict_raw(m, molecules, CPU) for m in trained.members])
+        # as the exported ensemble answers: the members' mean value, or their mean probability
+        prediction = mean + std * raw.mean(axis=0) if task == "regression" else (1 / (1 + np.exp(-raw))).mean(axis=0)
         scores[view] = molecule_benchmark.metrics(task, y["test"], prediction)
     return {"dataset": dataset, "task": task, "seed": seed, "descriptors": params.molecule.model.descriptors,
             "modality_dropout": modality_dropout, "descriptor_dropout": descriptor_dropout,
@@ -95,7 +96,9 @@ def write_table(results: dict) -> str:
             "answered by one ensemble (params.yaml's defaults but `modality_dropout` and `descriptor_dropout`) from both "
             "views and from each "
             "view alone, mean ± sd over seeds (numpy std, ddof 0). descriptors: the ensemble's "
-            "`molecule.model.descriptors` (the records before 2026-12-07 used the 16 physical ones).\n\n"
+            "`molecule.model.descriptors` (the records before 2026-12-07 used the 16 physical ones, and their BBBP "
+            "probabilities were the sigmoid of the members' mean logit, not the members' mean probability that the "
+            "service answers).\n\n"
             + tabulate(body, ["dataset", "descriptors", "modality dropout", "descriptor dropout", "metric", "seeds",
                               *VIEWS], tablefmt="github", disable_numparse=True) + "\n")
     TABLE.write_text(text)
