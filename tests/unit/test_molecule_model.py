@@ -466,22 +466,24 @@ def test_featurisation_runs_its_linear_algebra_on_one_blas_thread_where_the_proc
     from data.molecules import featurize as featurize_module
     from models.predictors import MoleculePredictor
 
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
+
     seen, encodings = [], featurize_module.positional_encodings
 
     def recording(edge_index, n_atoms):
-        seen.append({lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"})
+        seen.append(blas_threads())
         return encodings(edge_index, n_atoms)
 
     monkeypatch.setattr(featurize_module, "positional_encodings", recording)
-    from data.molecules.featurize import FEATURIZER_VERSION
     _, _, path = exported
-    card = {"task": "regression", "featurizer_version": FEATURIZER_VERSION, "tokenizer": TOKENIZER.to_dict()}
+    card = {"task": "regression", "featurizer_version": featurize_module.FEATURIZER_VERSION,
+            "tokenizer": TOKENIZER.to_dict()}
     predictor = MoleculePredictor(path, card, prefer_cuda=False)
     with threadpool_limits(2, user_api="blas"):
-        allowed = {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"}
-        if allowed != {2}:
-            pytest.skip(f"this machine's BLAS does not take 2 threads ({allowed})")
-        Molecules.from_smiles(["CCO", "c1ccccc1"], TOKENIZER)
-        predictor.predict(["CCN"])
-        assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {2}  # restored
+        if blas_threads() != {2}:
+            pytest.skip(f"this machine's BLAS does not take 2 threads ({blas_threads()})")
+        Molecules.from_smiles(["CCO", "c1ccccc1"], TOKENIZER)  # the stages' featurisation
+        predictor.predict(["CCN"])  # the register stage's check of the exported model
+        assert blas_threads() == {2}  # the process's own limit comes back
     assert seen == [{1}, {1}, {1}]
