@@ -135,8 +135,8 @@ def one_blas_thread() -> threadpool_limits:
     """A context in which BLAS and LAPACK run on one thread: the structural encodings' eigendecomposition and walk
     powers are on matrices of tens of atoms, where more threads only add their start-up and, when the cores are busy,
     wait for them (a BBBP molecule's featurisation 12-13 ms on one thread against 20-23 ms with OpenBLAS's default,
-    two busy cores, 2026-12-06). Featurise many molecules inside one such context: entering it costs about a
-    millisecond."""
+    two busy cores, 2026-12-06). Featurise many molecules inside one such context: entering it costs 1-2 ms
+    (it reads which BLAS libraries are loaded)."""
     return threadpool_limits(1, user_api="blas")
 
 
