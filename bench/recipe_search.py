@@ -76,8 +76,8 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
 
     name, flip, split_seed = SENSOR_DATASETS[dataset]
     sensor, cpu = params.sensor, torch.device("cpu")
-    cfg = SensorDataConfig(**bench.DATASETS[name], train_label_flip_rate=flip,
-                           seed=seed if split_seed is None else split_seed)
+    cfg = SensorDataConfig(**bench.DATASETS[name], reference_steps=sensor.data.reference_steps,
+                           train_label_flip_rate=flip, seed=seed if split_seed is None else split_seed)
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
     featurizer, x = bench.featurise(prepared, sensor.model)
@@ -123,7 +123,8 @@ def recipes(baseline: dict, variants: dict[str, tuple[str, dict]], described: st
 MOLECULE_BASELINE = {"model.hidden": 64, "model.layers": 3, "model.dropout": 0.1, "finetune.epochs": 30,
                      "finetune.patience": 6, "finetune.lr": 0.002, "finetune.lr_schedule": "exponential",
                      "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0, "finetune.regression_loss": "mse",
-                     "finetune.ensemble_size": 3, "model.descriptors": "physical", "finetune.descriptor_dropout": 0.0}
+                     "finetune.ensemble_size": 3, "model.descriptors": "physical", "finetune.descriptor_dropout": 0.0,
+                     "model.descriptor_bins": 0}
 MOLECULE_SCHEDULE = {"finetune.epochs": 50, "finetune.patience": 15, "finetune.warmup_epochs": 2,
                      "finetune.final_lr_ratio": 0.1}
 MOLECULE = Family(
@@ -145,6 +146,10 @@ MOLECULE = Family(
             "schedule_rdkit_descriptors + descriptor dropout 0.5 (half the graphs hidden by modality dropout take the "
             "descriptors with them)", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
                                       "finetune.descriptor_dropout": 0.5}),
+        "schedule_rdkit_descriptors_descriptor_dropout0.5_bins8": (
+            "schedule_rdkit_descriptors_descriptor_dropout0.5 + each descriptor piecewise-linear encoded over 8 "
+            "training-quantile bins", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
+                                       "finetune.descriptor_dropout": 0.5, "model.descriptor_bins": 8}),
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors, "
        "no descriptor dropout"),
     run=run_molecule)
@@ -154,7 +159,7 @@ SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience"
                    "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
                    "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
                    "finetune.ensemble_size": 3, "model.relative_channels": False, "model.level_dropout": 0.0,
-                   "model.dropout": 0.1}
+                   "model.dropout": 0.1, "data.reference_steps": 100}
 ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
 LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
 SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
@@ -184,6 +189,9 @@ SENSOR = Family(
         "robust_schedule_relative_dropout_half_dropout0.2": ("robust_schedule_relative_dropout_half, dropout 0.2",
                                                              {**ROBUST, **SCHEDULE, **RELATIVE,
                                                               "model.level_dropout": 0.5, "model.dropout": 0.2}),
+        "robust_schedule_relative_dropout_half_reference50": (
+            "robust_schedule_relative_dropout_half, each unit's level from its first 50 rows (not 100)",
+            {**ROBUST, **SCHEDULE, **RELATIVE, "model.level_dropout": 0.5, "data.reference_steps": 50}),
         "robust_schedule_relative_dropout_members5": ("robust_schedule_relative_dropout + 5 members",
                                                       {**ROBUST, **SCHEDULE, **RELATIVE, "finetune.ensemble_size": 5}),
         "robust_schedule_relative_dropout_hidden64": ("robust_schedule_relative_dropout + hidden 64",

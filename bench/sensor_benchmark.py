@@ -96,7 +96,7 @@ SKAB_FAULT_TYPES = {
     "cavitation": ["other/12", "other/13"],
     "hot_water": ["other/14"],
 }
-# statistics_bins: the window-statistics branch (piecewise-linear encoded, models/sensor/piecewise.py); why:
+# statistics_bins: the window-statistics branch (piecewise-linear encoded, models/piecewise.py); why:
 # docs/sensor.md, "SKAB". The `no_statistics` variant is the same model without it.
 MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2, statistics_bins=16)
 PRETRAIN = dict(epochs=3, batch_size=256, lr=0.001)

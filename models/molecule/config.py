@@ -24,6 +24,9 @@ class MoleculeModelConfig(StrictModel):
     descriptors: Literal["rdkit", "physical", "none"] = Field(
         "rdkit", description="whole-molecule RDKit descriptors fed to the head (data/molecules/descriptors.py): rdkit: "
         "all of RDKit's 2D descriptors; physical: a short list of 16 (logP, TPSA, size, ...); none: not used")
+    descriptor_bins: int = Field(
+        0, ge=0, description="K > 0: the standardised descriptors are piecewise-linear encoded over K training-quantile "
+        "bins before their MLP (models/piecewise.py); 0: fed as they are")
     modalities: Literal["fused", "graph", "smiles"] = Field(
         "fused", description="fused: graph and SMILES views with a gate; graph or smiles: one view only (ablations)"
     )

@@ -33,7 +33,7 @@ class SensorModelConfig(StrictModel):
         "its unit's level (seeded), so the network also answers windows of units without a reference")
     statistics_bins: int = Field(
         16, ge=0, le=256, description="0: off; K: per-channel window statistics (last, mean, std, min, max, slope), "
-        "piecewise-linear encoded over K training-quantile bins, also feed the head (models/sensor/piecewise.py)"
+        "piecewise-linear encoded over K training-quantile bins, also feed the head (models/piecewise.py)"
     )
 
     @model_validator(mode="after")

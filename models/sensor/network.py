@@ -16,7 +16,7 @@ from models.sensor.config import SensorModelConfig
 from models.sensor.encoder import SensorEncoder
 from models.sensor.heads import ClassificationHead, ProjectionHead
 from models.sensor.norm import StepNorm
-from models.sensor.piecewise import PiecewiseLinearEncoding
+from models.piecewise import PiecewiseLinearEncoding
 from models.sensor.statistics import WindowStatistics
 from models.sensor.tcn import CausalConvBlock
 

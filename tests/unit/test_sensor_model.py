@@ -112,7 +112,7 @@ def test_window_statistics_match_the_baseline_summary_features():
 
 
 def test_piecewise_linear_encoding_by_hand():
-    from models.sensor.piecewise import PiecewiseLinearEncoding
+    from models.piecewise import PiecewiseLinearEncoding
 
     encoding = PiecewiseLinearEncoding(2, bins=4)
     values = np.stack([np.arange(9.0), np.full(9, 5.0)], axis=1)    # feature 0: 0..8; feature 1: constant
