@@ -124,7 +124,8 @@ MOLECULE_BASELINE = {"model.hidden": 64, "model.layers": 3, "model.dropout": 0.1
                      "finetune.patience": 6, "finetune.lr": 0.002, "finetune.lr_schedule": "exponential",
                      "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0, "finetune.regression_loss": "mse",
                      "finetune.ensemble_size": 3, "model.descriptors": "physical", "finetune.descriptor_dropout": 0.0,
-                     "model.descriptor_bins": 0}
+                     "model.descriptor_bins": 0, "finetune.weight_decay": 0.0001,
+                     "finetune.weight_average": 0.0}
 MOLECULE_SCHEDULE = {"finetune.epochs": 50, "finetune.patience": 15, "finetune.warmup_epochs": 2,
                      "finetune.final_lr_ratio": 0.1}
 MOLECULE = Family(
@@ -150,6 +151,15 @@ MOLECULE = Family(
             "schedule_rdkit_descriptors_descriptor_dropout0.5 + each descriptor piecewise-linear encoded over 8 "
             "training-quantile bins", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
                                        "finetune.descriptor_dropout": 0.5, "model.descriptor_bins": 8}),
+        "schedule_rdkit_descriptors_descriptor_dropout0.5_wd0.01": (
+            "schedule_rdkit_descriptors_descriptor_dropout0.5 + AdamW weight decay 0.01 (not 1e-4)",
+            {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit", "finetune.descriptor_dropout": 0.5,
+             "finetune.weight_decay": 0.01}),
+        "schedule_rdkit_descriptors_descriptor_dropout0.5_ema0.99": (
+            "schedule_rdkit_descriptors_descriptor_dropout0.5 + an exponential moving average of the weights (decay "
+            "0.99 per step), which validation scores and training keeps",
+            {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit", "finetune.descriptor_dropout": 0.5,
+             "finetune.weight_average": 0.99}),
     }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors, "
        "no descriptor dropout"),
     run=run_molecule)

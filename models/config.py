@@ -36,6 +36,8 @@ class FinetuneConfig(StrictModel):
     final_lr_ratio: float = Field(1.0, gt=0, le=1, description="the last epoch's learning rate is lr * this (1: constant "
                                   "lr; chemprop's Noam-like schedule: exponential to 0.1)")
     max_grad_norm: float | None = Field(None, gt=0, description="clip the gradients' global L2 norm to this (null: off)")
+    weight_average: float = Field(0.0, ge=0, lt=1, description="decay per step of an exponential moving average of the "
+                                  "weights, which validation scores and training keeps (0: off)")
     seed: int = 0
 
 

@@ -1,6 +1,6 @@
-"""A small, shared training loop: AdamW, early stopping on a validation score, best weights kept,
-optional per-epoch checkpoints so that an interrupted run resumes where it stopped, and optional
-data parallelism across torchrun processes (models/distributed.py)."""
+"""A small, shared training loop: AdamW, optionally an exponential moving average of the weights, early stopping on
+a validation score, best weights kept, optional per-epoch checkpoints so that an interrupted run resumes where it
+stopped, and optional data parallelism across torchrun processes (models/distributed.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
 from models.device import autocast
@@ -63,6 +64,7 @@ def train(
     max_grad_norm: float | None = None,
     on_epoch: Callable[[int, float], None] | None = None,
     after_step: Callable[[], None] | None = None,
+    weight_average: float = 0.0,
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
@@ -91,11 +93,14 @@ def train(
     on_epoch: called with (epoch, validation score) after each validated epoch; an exception it raises ends
     training there and propagates (a tuner stops a trial that way).
     after_step: called after each optimiser step (an EMA teacher follows its student there).
+    weight_average: the decay per optimiser step of an exponential moving average of the weights (torch's
+    AveragedModel; 0: off). Validation then scores the averaged weights, and they are the ones kept.
     """
     model.to(device)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     result = TrainResult()
     best_state = None
+    average = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(weight_average)) if weight_average else None)
     stale, start, stopped = 0, 0, False
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.exists():
@@ -103,6 +108,8 @@ def train(
         if state.get("key") == checkpoint_key:
             model.load_state_dict(state["model"])
             optimiser.load_state_dict(state["optimiser"])
+            if average is not None:
+                average.load_state_dict(state["average"])
             _set_rng_state(state["rng"], device)
             result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
             best_state, stale, stopped = state["best_state"], state["stale"], state["stopped"]
@@ -130,6 +137,8 @@ def train(
             if max_grad_norm is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
             optimiser.step()
+            if average is not None:
+                average.update_parameters(model)
             if after_step is not None:
                 after_step()
             total += float(loss.detach())
@@ -138,13 +147,14 @@ def train(
         if distributed is not None:
             record["train_loss"] = distributed.all_reduce_mean(record["train_loss"])
         if validate is not None:
-            model.eval()
+            scored = model if average is None else _averaged(average, model)
+            scored.eval()
             with torch.no_grad():
-                score = float(validate(model)) if main else 0.0  # the other ranks take rank 0's score
+                score = float(validate(scored)) if main else 0.0  # the other ranks take rank 0's score
             record["val_score"] = score if distributed is None else distributed.broadcast(score)
             if record["val_score"] > result.best_score:
                 result.best_score, result.best_epoch = record["val_score"], epoch
-                best_state = copy.deepcopy(model.state_dict())
+                best_state = copy.deepcopy(scored.state_dict())
                 stale = 0
             else:
                 stale += 1
@@ -157,12 +167,22 @@ def train(
         if checkpoint is not None and main:
             save_state({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
                         "optimiser": optimiser.state_dict(), "rng": _rng_state(device),
+                        "average": None if average is None else average.state_dict(),
                         "history": result.history, "best_score": result.best_score,
                         "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
                         "stopped": stopped}, checkpoint)
         if checkpoint is not None and distributed is not None:
             distributed.barrier()
+    if best_state is None and average is not None:  # no validation: the last epoch's averaged weights
+        best_state = _averaged(average, model).state_dict()
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()
     return result
+
+
+def _averaged(average: AveragedModel, model: torch.nn.Module) -> torch.nn.Module:
+    """The averaged weights as a module like `model`, with `model`'s current buffers (only parameters are averaged)."""
+    for kept, current in zip(average.module.buffers(), model.buffers()):
+        kept.copy_(current)
+    return average.module

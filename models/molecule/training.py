@@ -239,5 +239,6 @@ def finetune_member(
                    device=device, desc=f"finetune molecule member (seed {seed})",
                    lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs,
                                                        cfg.final_lr_ratio),
-                   max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch)
+                   max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
+                   weight_average=cfg.weight_average)
     return model.cpu(), result

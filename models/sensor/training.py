@@ -234,6 +234,7 @@ def finetune_member(
         patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
         checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
         lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio),
-        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch, after_step=after_step,
+        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
+        weight_average=cfg.weight_average, after_step=after_step,
     )
     return member.cpu(), result

@@ -1,4 +1,4 @@
-"""The shared training loop's early stopping."""
+"""The shared training loop: early stopping, the weight average and its resumption from a checkpoint."""
 
 from __future__ import annotations
 
@@ -18,3 +18,43 @@ def test_patience_epochs_without_improvement_end_training(patience, epochs_run):
                    lambda model: next(scores), epochs=8, lr=0.01, patience=patience, device=torch.device("cpu"))
     assert len(result.history) == epochs_run
     assert result.best_epoch == 1 and result.best_score == pytest.approx(0.5)
+
+
+def _fit(weight_average, epochs, validate=None, checkpoint=None):
+    """A linear model fitted to y = 3x by plain steps; (model, weights after every optimiser step)."""
+    torch.manual_seed(0)
+    net = torch.nn.Linear(1, 1)
+    x = torch.linspace(-1, 1, 8).unsqueeze(1)
+    trajectory = []
+
+    def loss_step(model, batch):
+        trajectory.append(torch.cat([p.detach().flatten() for p in net.parameters()]))  # before this step
+        return (model(batch) - 3 * batch).pow(2).mean()
+
+    train(net, lambda epoch: [x, x], loss_step, validate, epochs=epochs, lr=0.1, device=torch.device("cpu"),
+          weight_average=weight_average, checkpoint=checkpoint)
+    return net, trajectory
+
+
+def test_weight_average_keeps_the_exponential_moving_average_of_the_steps():
+    """The kept weights are the EMA (decay 0.8, started at the first step's result) of the weights after each step."""
+    plain, steps = _fit(0.0, epochs=3)
+    after = steps[1:] + [torch.cat([p.detach().flatten() for p in plain.parameters()])]
+    expected = after[0]
+    for weights in after[1:]:
+        expected = 0.8 * expected + 0.2 * weights
+    averaged, _ = _fit(0.8, epochs=3)
+    kept = torch.cat([p.detach().flatten() for p in averaged.parameters()])
+    assert torch.allclose(kept, expected, atol=1e-6)
+    assert not torch.allclose(kept, after[-1], atol=1e-3)  # not the last step's weights
+
+
+def test_validation_scores_the_averaged_weights_and_a_resumed_run_ends_alike(tmp_path):
+    seen = []
+    averaged, _ = _fit(0.8, epochs=4, validate=lambda model: seen.append(model.weight.item()) or -len(seen))
+    assert averaged.weight.item() == pytest.approx(seen[0])  # the best (first) epoch's averaged weights are kept
+    straight, _ = _fit(0.8, epochs=4)
+    _fit(0.8, epochs=2, checkpoint=tmp_path / "run.pt")
+    resumed, steps = _fit(0.8, epochs=4, checkpoint=tmp_path / "run.pt")
+    assert len(steps) == 4  # two epochs of two steps were left
+    assert torch.allclose(resumed.weight, straight.weight) and torch.allclose(resumed.bias, straight.bias)
