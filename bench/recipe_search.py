@@ -347,7 +347,8 @@ def choose(summary: dict, per_seed: dict[str, dict[int, float]], budget: float |
     within = [leader] + [n for n, b in behind.items() if b["mean"] <= b["standard_error"]]
     cheapest = min(seconds(scored[n]) for n in within)
     as_cheap = [n for n in within if seconds(scored[n]) <= cheapest * (1 + COST_TOLERANCE)]
-    return {"chosen": max(as_cheap, key=lambda n: scored[n]["score"]), "leader": leader, "within_one_se": sorted(within),
+    return {"chosen": max(as_cheap, key=lambda n: scored[n]["score"]), "leader": leader,
+            "within_one_se": sorted(within),
             "behind_leader": behind, "leader_any_cost": any_cost}
 
 
@@ -375,8 +376,9 @@ def markdown(family_name: str, report: dict) -> str:
         cells.append(f"{deficit['mean']:.3f} ± {deficit['standard_error']:.3f}" if deficit else "")
         body.append(cells)
     verdict = [f"The leader is `{report['leader']}`; within one standard error of it: "
-               f"{', '.join(f'`{n}`' for n in report['within_one_se'])}; the cheapest of them (the best scored of those "
-               f"within {COST_TOLERANCE:.0%} of the cheapest's seconds), `{report['chosen']}`, is the rule's choice.", ""] if report.get("leader") else []
+               f"{', '.join(f'`{n}`' for n in report['within_one_se'])}; the cheapest of them (the best scored of "
+               f"those within {COST_TOLERANCE:.0%} of the cheapest's seconds), `{report['chosen']}`, is the rule's "
+               "choice.", ""] if report.get("leader") else []
     if report.get("leader_any_cost") not in (None, report.get("leader")):
         name = report["leader_any_cost"]
         verdict += [f"`{name}` scores highest at any cost, but takes {seconds(report['summary'][name]):.0f} s per run, "
@@ -391,8 +393,8 @@ def markdown(family_name: str, report: dict) -> str:
         "The leader is the highest score among the recipes run on the most seeds (a seed moves every score alike); "
         "the rule's choice is the cheapest recipe within one standard error of it (its deficit to the leader, paired "
         f"by seed, no larger than that deficit's standard error; seconds within {COST_TOLERANCE:.0%} of the cheapest "
-        "count as the same cost, and the higher score wins among them); only recipes of at most {CPU_BUDGET_SECONDS:.0f} s "
-        "per run compete for the CPU default (`make run`'s budget). "
+        "count as the same cost, and the higher score wins among them); only recipes of at most "
+        f"{CPU_BUDGET_SECONDS:.0f} s per run compete for the CPU default (`make run`'s budget). "
         "Test columns are shown, never used to choose. Seconds: one torch thread, two runs side by side.", "",
         *verdict, tabulate(body, headers, tablefmt="github", disable_numparse=True), ""])
 

@@ -100,7 +100,7 @@ def train(
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     result = TrainResult()
     best_state = None
-    average = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(weight_average)) if weight_average else None)
+    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(weight_average)) if weight_average else None
     stale, start, stopped = 0, 0, False
     checkpoint = Path(checkpoint) if checkpoint is not None else None
     if checkpoint is not None and checkpoint.exists():

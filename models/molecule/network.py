@@ -234,7 +234,8 @@ class MoleculeNet(nn.Module):
         self.descriptor_mean.copy_(values.mean(dim=0))
         self.descriptor_scale.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
         if isinstance(self.descriptor_encoding, PiecewiseLinearEncoding):
-            self.descriptor_encoding.fit(self.scaled_descriptors(torch.as_tensor(descriptors, dtype=torch.float32)).numpy())
+            scaled = self.scaled_descriptors(torch.as_tensor(descriptors, dtype=torch.float32))
+            self.descriptor_encoding.fit(scaled.numpy())
 
     def scaled_descriptors(self, descriptors: torch.Tensor) -> torch.Tensor:
         """Raw descriptors (G, DESCRIPTOR_SIZE) -> the used columns standardised, NaN -> 0, clipped (G, D)."""
