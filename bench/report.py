@@ -315,12 +315,13 @@ def devices_section(result: dict) -> list[str]:
 
 
 def others_section(results: Path, found: dict[str, dict]) -> list[str]:
-    """A line per other JSON file, naming the script that wrote it (its `script`, else bench/<name>.py) and
-    linking the table it writes beside it."""
+    """A line per other JSON file, naming the script that wrote it (its `script` or its meta's, else
+    bench/<name>.py) and linking the table it writes beside it."""
     lines = ["## Other benchmarks", ""]
     for name, report in sorted(found.items()):
         table_link = f": [{name}.md](../bench/results/{name}.md)" if (results / f"{name}.md").exists() else ""
-        lines.append(f"- `bench/results/{name}.json` (`{report.get('script', f'bench/{name}.py')}`){table_link}")
+        script = report.get("script") or report.get("meta", {}).get("script") or f"bench/{name}.py"
+        lines.append(f"- `bench/results/{name}.json` (`{script}`){table_link}")
     return [*lines, ""]
 
 

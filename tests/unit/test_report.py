@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,13 @@ def test_committed_report_is_regenerated_byte_for_byte(tmp_path: Path) -> None:
     assert [name for name in made if made[name] != committed[name]] == []
     for name in made:
         assert f"](results/{name})" in out.read_text()
+
+
+def test_every_script_the_report_names_exists(tmp_path: Path) -> None:
+    """A results file names its script at the top level or in its meta; the report names a script that is there."""
+    named = re.findall(r"\(`(bench/[\w/]+\.py)[^`]*`\)", write_report(RESULTS, tmp_path).read_text())
+    assert "bench/tune_benchmark.py" in named
+    assert [script for script in named if not (PROJECT / script).exists()] == []
 
 
 def test_mean_and_sd_over_seeds_and_the_reference_rows(tmp_path: Path) -> None:
