@@ -328,7 +328,7 @@ def choose(summary: dict, per_seed: dict[str, dict[int, float]], budget: float |
     compared with them) and within the `budget` of mean seconds per run, the leader has the highest score; a recipe is
     within one standard error of it when its deficit, the leader's score minus its own paired by seed, is no larger
     than that deficit's standard error; the cheapest of those (mean seconds per run; within COST_TOLERANCE of the
-    cheapest counts as as cheap, and the highest score among those wins) is chosen. Returns the choice,
+    cheapest counts as cheap as it, and the highest score among those wins) is chosen. Returns the choice,
     the leader, those within, each one's deficit (mean, standard error) and the leader of every cost
     (`leader_any_cost`)."""
     scored = {name: row for name, row in summary.items() if row["score"] is not None}

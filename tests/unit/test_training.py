@@ -50,8 +50,12 @@ def test_weight_average_keeps_the_exponential_moving_average_of_the_steps():
 
 
 def test_validation_scores_the_averaged_weights_and_a_resumed_run_ends_alike(tmp_path):
+    _, steps = _fit(0.0, epochs=1)                     # a plain epoch: two steps, the weights before each
+    plain_after_epoch = _fit(0.0, epochs=1)[0].weight.item()
+    average_after_epoch = 0.8 * steps[1][0].item() + 0.2 * plain_after_epoch  # the EMA of the two steps' results
     seen = []
     averaged, _ = _fit(0.8, epochs=4, validate=lambda model: seen.append(model.weight.item()) or -len(seen))
+    assert seen[0] == pytest.approx(average_after_epoch) and seen[0] != pytest.approx(plain_after_epoch)
     assert averaged.weight.item() == pytest.approx(seen[0])  # the best (first) epoch's averaged weights are kept
     straight, _ = _fit(0.8, epochs=4)
     _fit(0.8, epochs=2, checkpoint=tmp_path / "run.pt")
