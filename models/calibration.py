@@ -1,15 +1,30 @@
-"""Post-hoc calibration fitted on the validation split (numpy/scipy, torch-free)."""
+"""Post-hoc calibration fitted on the validation split (torch-free), and the typed calibrations it produces.
+
+A fitted calibration is a pydantic model whose `method` names its kind (the tagged union's discriminator):
+- probability maps of the members' logits (n, members) -> (n,): `temperature`, `isotonic`;
+- interval scales of the ensemble's spread (n,): `scaled_variance`, `conformal` (value +- interval_z * scale *
+  spread);
+- `interval_scale`: a factor of a served uncertainty (a deployed model's recalibration, models/recalibration.py).
+`Calibration` validates the JSON form (artifacts/<family>/calibration.json, a model card's `calibration`) into its
+class and dumps it back unchanged: keys written next to the parameters (scores, the alert threshold) are kept. A new
+kind is a subclass registered with `@register`; nothing else dispatches on `method`.
+
+At import this module needs numpy and pydantic only (serving reads calibrations without scipy or scikit-learn);
+fitting and applying import scipy and scikit-learn where they run.
+"""
 
 from __future__ import annotations
 
+from typing import Annotated, Any, Literal, TypeVar, get_args
+
 import numpy as np
-from scipy.optimize import minimize_scalar
-from scipy.special import expit
-from sklearn.metrics import precision_recall_curve
+from pydantic import BaseModel, BeforeValidator, ConfigDict, SerializeAsAny
 
 
 def ensemble_probability(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
     """Mean over members of sigmoid(logit / T). logits: (n, members) -> (n,)."""
+    from scipy.special import expit
+
     return expit(np.asarray(logits, dtype=float) / temperature).mean(axis=1)
 
 
@@ -18,6 +33,8 @@ def fit_temperature(logits: np.ndarray, y: np.ndarray) -> float:
 
     logits: (n, members); y: (n,) 0/1.
     """
+    from scipy.optimize import minimize_scalar
+
     y = np.asarray(y, dtype=float)
 
     def nll(log_t: float) -> float:
@@ -40,6 +57,8 @@ def fit_interval_scale(residuals: np.ndarray, spread: np.ndarray) -> float:
 def choose_threshold(y: np.ndarray, p: np.ndarray, target_precision: float) -> float:
     """The lowest alert threshold whose validation precision reaches `target_precision`
     (the most recall at that precision); if none does, the threshold of best F2."""
+    from sklearn.metrics import precision_recall_curve
+
     precision, recall, thresholds = precision_recall_curve(y, p)
     precision, recall = precision[:-1], recall[:-1]
     ok = np.flatnonzero(precision >= target_precision)
@@ -135,48 +154,192 @@ def piecewise_linear(p: np.ndarray, knots_x: list[float], knots_y: list[float]) 
     return np.interp(np.asarray(p, dtype=float), knots_x, knots_y)
 
 
-def calibrated_probability(logits: np.ndarray, calibration: dict) -> np.ndarray:
-    """Ensemble probability (n,) from member logits (n, members) under a calibration dict
-    ({"method": "temperature", "temperature": T} or {"method": "isotonic", "knots_x", "knots_y"}).
-    The same arithmetic runs inside the exported ONNX graph (models/sensor/calibrated.py)."""
-    if calibration["method"] == "isotonic":
-        return piecewise_linear(ensemble_probability(logits), calibration["knots_x"], calibration["knots_y"])
-    return ensemble_probability(logits, calibration["temperature"])
-
-
-def fit_calibration(logits: np.ndarray, y: np.ndarray, method: str) -> dict:
-    """Fit one method on (logits (n, members), y (n,)) -> calibration dict."""
-    if method == "temperature":
-        return {"method": "temperature", "temperature": fit_temperature(logits, y)}
-    if method == "isotonic":
-        knots_x, knots_y = fit_isotonic(ensemble_probability(logits), y)
-        return {"method": "isotonic", "temperature": 1.0, "knots_x": knots_x, "knots_y": knots_y}
-    raise ValueError(f"unknown calibration method '{method}' (temperature | isotonic)")
-
-
 def binary_nll(y: np.ndarray, p: np.ndarray, eps: float = 1e-7) -> float:
     p = np.clip(np.asarray(p, dtype=float), eps, 1 - eps)
     y = np.asarray(y, dtype=float)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
 
 
+# ---------------------------------------------------------------- the typed calibrations and their registry
+
+class Calibrator(BaseModel):
+    """A fitted calibration: `method` (the discriminator, a Literal in each registered subclass) and its parameters.
+    Other keys read with it are kept (extra) and dumped back, so a file reads and writes unchanged."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    method: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form: the parameters, then whatever else was read or added with them."""
+        return self.model_dump(mode="json")
+
+    def with_extra(self, **values: Any) -> Calibrator:
+        """The same calibration with `values` written next to it (e.g. its cross-fitted scores)."""
+        return type(self).model_validate({**self.to_dict(), **values})
+
+
+CALIBRATORS: dict[str, type[Calibrator]] = {}
+Kind = TypeVar("Kind", bound=Calibrator)
+
+
+def register(cls: type[Kind]) -> type[Kind]:
+    """Class decorator: `cls` becomes the kind of calibration its `method` Literal names."""
+    (method,) = get_args(cls.model_fields["method"].annotation)
+    CALIBRATORS[method] = cls
+    return cls
+
+
+def calibrator_class(method: str, kind: type[Kind]) -> type[Kind]:
+    """The registered class of `method`; ValueError unless it is a `kind` (e.g. ProbabilityCalibrator)."""
+    cls = CALIBRATORS.get(method)
+    if cls is None or not issubclass(cls, kind):
+        known = " | ".join(m for m, c in CALIBRATORS.items() if issubclass(c, kind))
+        raise ValueError(f"unknown calibration method '{method}' ({known})")
+    return cls
+
+
+def parse_calibration(value: Calibrator | dict[str, Any]) -> Calibrator:
+    """A calibration dict (JSON form) -> its registered class; a Calibrator as it is."""
+    if isinstance(value, Calibrator):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"a calibration is a mapping with a `method`, not {type(value).__name__}")
+    return calibrator_class(str(value.get("method")), Calibrator).model_validate(value)
+
+
+# The tagged union over every registered kind, for pydantic fields (e.g. a model card's `calibration`).
+Calibration = Annotated[SerializeAsAny[Calibrator], BeforeValidator(parse_calibration)]
+
+
+class ProbabilityCalibrator(Calibrator):
+    """Maps member logits (n, members) to one calibrated probability per row (n,)."""
+
+    def probability(self, logits: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def fit(cls, logits: np.ndarray, y: np.ndarray) -> ProbabilityCalibrator:
+        """Fitted on logits (n, members) and labels y (n,) 0/1."""
+        raise NotImplementedError
+
+
+@register
+class TemperatureCalibration(ProbabilityCalibrator):
+    """Mean over members of sigmoid(logit / temperature)."""
+
+    method: Literal["temperature"] = "temperature"
+    temperature: float
+
+    def probability(self, logits: np.ndarray) -> np.ndarray:
+        return ensemble_probability(logits, self.temperature)
+
+    @classmethod
+    def fit(cls, logits: np.ndarray, y: np.ndarray) -> TemperatureCalibration:
+        return cls(temperature=fit_temperature(logits, y))
+
+
+@register
+class IsotonicCalibration(ProbabilityCalibrator):
+    """The centred isotonic map (fit_isotonic's knots) of the members' mean probability; `temperature` stays 1."""
+
+    method: Literal["isotonic"] = "isotonic"
+    temperature: float = 1.0
+    knots_x: list[float]
+    knots_y: list[float]
+
+    def probability(self, logits: np.ndarray) -> np.ndarray:
+        return piecewise_linear(ensemble_probability(logits), self.knots_x, self.knots_y)
+
+    @classmethod
+    def fit(cls, logits: np.ndarray, y: np.ndarray) -> IsotonicCalibration:
+        knots_x, knots_y = fit_isotonic(ensemble_probability(logits), y)
+        return cls(knots_x=knots_x, knots_y=knots_y)
+
+
+class IntervalCalibrator(Calibrator):
+    """value +- interval_z * scale * spread, an interval at `nominal_coverage` from the ensemble's spread (n,)."""
+
+    scale: float
+    interval_z: float
+    nominal_coverage: float
+
+    @staticmethod
+    def fit_scale(residuals: np.ndarray, spread: np.ndarray, z: float) -> float:
+        """The scale of spread (n,) fitted to residuals (n,) for intervals of half-width z * scale * spread."""
+        raise NotImplementedError
+
+    @classmethod
+    def fit(cls, residuals: np.ndarray, spread: np.ndarray, z: float) -> IntervalCalibrator:
+        from models.molecule.calibration import nominal_coverage
+
+        return cls(scale=cls.fit_scale(residuals, spread, z), interval_z=z, nominal_coverage=nominal_coverage(z))
+
+    def half_width(self, spread: np.ndarray) -> np.ndarray:
+        return self.interval_z * self.scale * spread
+
+
+@register
+class ScaledVarianceCalibration(IntervalCalibrator):
+    """residual / (scale * spread) has unit mean square on validation."""
+
+    method: Literal["scaled_variance"] = "scaled_variance"
+
+    @staticmethod
+    def fit_scale(residuals: np.ndarray, spread: np.ndarray, z: float) -> float:
+        return fit_interval_scale(residuals, np.asarray(spread, dtype=float))
+
+
+@register
+class ConformalCalibration(IntervalCalibrator):
+    """value +- interval_z * scale * spread is a split-conformal interval at nominal_coverage."""
+
+    method: Literal["conformal"] = "conformal"
+
+    @staticmethod
+    def fit_scale(residuals: np.ndarray, spread: np.ndarray, z: float) -> float:
+        from models.molecule.calibration import fit_conformal_scale
+
+        return fit_conformal_scale(residuals, spread, z)
+
+
+@register
+class IntervalScaleRecalibration(Calibrator):
+    """A deployed model's served uncertainty (n,) times `factor` (models/recalibration.py)."""
+
+    method: Literal["interval_scale"] = "interval_scale"
+    factor: float
+
+    def uncertainty(self, served: np.ndarray) -> np.ndarray:
+        return self.factor * np.asarray(served, dtype=float)
+
+
+def calibrated_probability(logits: np.ndarray, calibration: ProbabilityCalibrator | dict[str, Any]) -> np.ndarray:
+    """Ensemble probability (n,) from member logits (n, members) under a probability calibration (or its JSON form).
+    The same arithmetic runs inside the exported ONNX graph (models/sensor/calibrated.py)."""
+    chosen = parse_calibration(calibration)
+    if not isinstance(chosen, ProbabilityCalibrator):
+        raise ValueError(f"calibration method '{chosen.method}' maps no probability")
+    return chosen.probability(logits)
+
+
 def select_calibration(logits: np.ndarray, y: np.ndarray, groups: np.ndarray | None, methods: list[str],
-                       folds: int = 5) -> tuple[dict, dict[str, float]]:
+                       folds: int = 5) -> tuple[ProbabilityCalibrator, dict[str, float]]:
     """Choose among `methods` by cross-fitted validation NLL (grouped folds, e.g. by unit, so the score is
     not measured on what the map was fitted to), then refit the winner on all of validation.
 
-    Returns (calibration dict of the winner, {method: cross-fitted NLL}). Where nothing can be cross-fitted (one
+    Returns (the winner fitted, {method: cross-fitted NLL}). Where nothing can be cross-fitted (one
     method, one group, or a class seen fewer than twice) the first method is fitted on all of validation and the
     scores are empty.
     """
     from sklearn.model_selection import GroupKFold, StratifiedKFold
 
+    kinds = {method: calibrator_class(method, ProbabilityCalibrator) for method in methods}
     y = np.asarray(y).astype(int)
     groups = np.arange(len(y)) if groups is None else np.asarray(groups)
     n_groups = len(np.unique(groups))
     minority = int(np.bincount(y, minlength=2).min())
     if len(methods) == 1 or n_groups < 2 or minority < 2:
-        return fit_calibration(logits, y, methods[0]), {}
+        return kinds[methods[0]].fit(logits, y), {}
     if n_groups < len(y):
         splits = list(GroupKFold(n_splits=min(folds, n_groups)).split(logits, y, groups))
     else:
@@ -188,7 +351,7 @@ def select_calibration(logits: np.ndarray, y: np.ndarray, groups: np.ndarray | N
             if len(np.unique(y[fit_idx])) < 2:
                 p[eval_idx] = y[fit_idx].mean()
                 continue
-            p[eval_idx] = calibrated_probability(logits[eval_idx], fit_calibration(logits[fit_idx], y[fit_idx], method))
+            p[eval_idx] = kinds[method].fit(logits[fit_idx], y[fit_idx]).probability(logits[eval_idx])
         scores[method] = binary_nll(y, p)
     best = min(scores, key=scores.get)
-    return fit_calibration(logits, y, best), scores
+    return kinds[best].fit(logits, y), scores

@@ -14,10 +14,9 @@ from flows.params import load_params
 from flows.paths import MOLECULE
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.calibration import ensemble_probability, fit_interval_scale, fit_temperature
+from models.calibration import IntervalCalibrator, TemperatureCalibration, calibrator_class, ensemble_probability
 from models.device import pick_device
 from models.metrics import expected_calibration_error
-from models.molecule.calibration import fit_conformal_scale, nominal_coverage
 from models.molecule.training import ensemble_raw
 
 
@@ -44,19 +43,14 @@ def molecule_calibrate(params_file: str = "params.yaml") -> dict:
     if state["task"] == "regression":
         values = state["target_mean"] + state["target_std"] * raw
         mean, spread = values.mean(axis=1), values.std(axis=1)
-        if cfg.method == "conformal":
-            scale = fit_conformal_scale(y - mean, spread, cfg.interval_z)
-        else:
-            scale = fit_interval_scale(y - mean, spread)
-        half_width = cfg.interval_z * scale * spread
-        result = {"method": cfg.method, "scale": scale, "interval_z": cfg.interval_z,
-                  "nominal_coverage": nominal_coverage(cfg.interval_z),
-                  "val_coverage": float(np.mean(np.abs(y - mean) <= half_width))}
+        interval = calibrator_class(cfg.method, IntervalCalibrator).fit(y - mean, spread, cfg.interval_z)
+        result = {**interval.to_dict(),
+                  "val_coverage": float(np.mean(np.abs(y - mean) <= interval.half_width(spread)))}
     else:
-        temperature = fit_temperature(raw, y)
-        result = {"method": "temperature", "temperature": temperature,
+        temperature = TemperatureCalibration.fit(raw, y)
+        result = {**temperature.to_dict(),
                   "val_ece_before": expected_calibration_error(y, ensemble_probability(raw)),
-                  "val_ece_after": expected_calibration_error(y, ensemble_probability(raw, temperature))}
+                  "val_ece_after": expected_calibration_error(y, temperature.probability(raw))}
     result.update(mask_passes=cfg.mask_passes, mask_seed=cfg.mask_seed)  # the sub-networks export builds again
     write_json(MOLECULE.calibration, result)
     with stage_run(params.tracking, "molecule", "calibrate", {"calibrate": cfg.model_dump()},

@@ -26,10 +26,10 @@ from flows.params import Params
 from flows.registry import register_and_gate
 from flows.tracking import signing_key, stage_run
 from models.metrics import classification_metrics, regression_metrics
-from models.recalibration import (apply_probability_map, compose_recalibration, fit_probability_map,
-                                  fit_uncertainty_factor)
+from models.calibration import CALIBRATORS, ProbabilityCalibrator
+from models.recalibration import apply_probability_map, compose_recalibration, fit_probability_map, fit_uncertainty_map
 
-PROBABILITY_METHODS = ["temperature", "isotonic"]
+PROBABILITY_METHODS = [method for method, kind in CALIBRATORS.items() if issubclass(kind, ProbabilityCalibrator)]
 
 
 def split_in_time(labelled: pd.DataFrame, holdout_fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -64,10 +64,11 @@ def _interval_fit(card: dict, fit: pd.DataFrame, held: pd.DataFrame) -> dict:
                 np.array([float(o["uncertainty"]) for o in frame["output"]]))
 
     (y_fit, v_fit, u_fit), (y_held, v_held, u_held) = arrays(fit), arrays(held)
-    factor = fit_uncertainty_factor(y_fit, v_fit, u_fit, calibration.get("method", "scaled_variance"), z)
+    recalibration = fit_uncertainty_map(y_fit, v_fit, u_fit, calibration["method"], z)
+    factor = recalibration.factor
     before = regression_metrics(y_held, v_held, v_held - z * u_held, v_held + z * u_held)
     after = regression_metrics(y_held, v_held, v_held - z * factor * u_held, v_held + z * factor * u_held)
-    return {"recalibration": {"method": "interval_scale", "factor": factor}, "before": before, "after": after,
+    return {"recalibration": recalibration, "before": before, "after": after,
             "error_before": abs(before["coverage"] - nominal), "error_after": abs(after["coverage"] - nominal),
             "card_updates": {}}
 
@@ -93,19 +94,19 @@ def recalibrate(params: Params, champion: VerifiedVersion, labelled: pd.DataFram
                     "calibration_error": result["error_after"], "onnx_sha256": sha256_file(onnx_path),
                     "metrics_on": f"the newest {len(held)} labelled outcomes, held out of the recalibration",
                     "recalibrations": [*card.get("recalibrations", []),
-                                       {**lineage, "calibration": result["recalibration"]}]}
+                                       {**lineage, "calibration": result["recalibration"].to_dict()}]}
         reference = champion.directory / REFERENCE
         signature = Model.load(str(champion.directory / "MLmodel")).signature
         champion_metrics = {**result["before"], "calibration_error": result["error_before"]}
         with stage_run(params.tracking, family, "recalibrate", {"monitor": params.monitor.model_dump()}):
             mlflow.set_tags({f"data.outcomes.{k}": str(v) for k, v in lineage.items()})
-            mlflow.set_tag("recalibration_method", result["recalibration"]["method"])
+            mlflow.set_tag("recalibration_method", result["recalibration"].method)
             mlflow.log_metrics({**{f"heldout_before_{k}": v for k, v in result["before"].items() if np.isfinite(v)},
                                 **{f"heldout_after_{k}": v for k, v in result["after"].items() if np.isfinite(v)}})
             outcome = register_and_gate(registry, new_card, onnx_path, signature, lambda *_: champion_metrics,
                                         signing_key(params.tracking),
                                         extra_files={REFERENCE: reference} if reference.is_file() else None,
                                         compare_calibration=True)
-    return {"method": result["recalibration"]["method"], "lineage": lineage,
+    return {"method": result["recalibration"].method, "lineage": lineage,
             "calibration_error_before": result["error_before"], "calibration_error_after": result["error_after"],
             "heldout_before": result["before"], "heldout_after": result["after"], **outcome}

@@ -16,13 +16,7 @@ from flows.sensor.artifacts import load_ensemble
 from flows.sensor.prepared import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
-from models.calibration import (
-    binary_nll,
-    calibrated_probability,
-    choose_threshold,
-    ensemble_probability,
-    select_calibration,
-)
+from models.calibration import binary_nll, choose_threshold, ensemble_probability, select_calibration
 from models.device import pick_device
 from models.metrics import expected_calibration_error
 from models.sensor.training import ensemble_logits
@@ -44,10 +38,10 @@ def sensor_calibrate(params_file: str = "params.yaml") -> dict:
     val = prepared.windows["val"]
     logits = member_logits(members, prepared.features(featurizer, "val"), cfg.mask_passes, cfg.mask_seed)
     calibration, cv_nll = select_calibration(logits, val.y, val.unit, cfg.methods)
-    before, after = ensemble_probability(logits), calibrated_probability(logits, calibration)
+    before, after = ensemble_probability(logits), calibration.probability(logits)
     threshold = choose_threshold(val.y, after, cfg.target_precision)
     result = {
-        **calibration,
+        **calibration.to_dict(),
         "threshold": threshold,
         "target_precision": cfg.target_precision,
         "cv_nll": cv_nll,
@@ -59,14 +53,14 @@ def sensor_calibrate(params_file: str = "params.yaml") -> dict:
     }
     write_json(SENSOR.calibration, result)
     with stage_run(params.tracking, "sensor", "calibrate", {"calibrate": cfg.model_dump()}, {"sensor": SENSOR.prepared}):
-        mlflow.set_tag("calibration_method", calibration["method"])
+        mlflow.set_tag("calibration_method", calibration.method)
         mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
         mlflow.log_metrics({f"cv_nll_{k}": v for k, v in cv_nll.items()})
         figure = plots.reliability_diagram(
-            val.y, {"before": before, f"after {calibration['method']}": after}, SENSOR.plots / "reliability_val.png"
+            val.y, {"before": before, f"after {calibration.method}": after}, SENSOR.plots / "reliability_val.png"
         )
         mlflow.log_artifact(str(figure))
-    print(f"sensor calibration: {calibration['method']} (cross-fitted NLL {cv_nll}), threshold={threshold:.3f}, "
+    print(f"sensor calibration: {calibration.method} (cross-fitted NLL {cv_nll}), threshold={threshold:.3f}, "
           f"validation ECE {result['val_ece_before']:.4f} -> {result['val_ece_after']:.4f}")
     return result
 

@@ -149,7 +149,7 @@ def test_isotonic_calibration_chosen_by_selection_keeps_average_precision():
     y = (rng.random(2000) < np.where(z > 1, 0.9, 0.05)).astype(int)  # step-shaped truth: isotonic wins
     logits = np.stack([z, z], 1)
     chosen, scores = select_calibration(logits, y, units, ["temperature", "isotonic"])
-    assert chosen["method"] == "isotonic"
+    assert chosen.method == "isotonic"
     p = calibrated_probability(logits, chosen)
     assert average_precision_score(y, p) == pytest.approx(average_precision_score(y, ensemble_probability(logits)), abs=1e-9)
     assert expected_calibration_error(y, p) < expected_calibration_error(y, ensemble_probability(logits))
@@ -165,6 +165,6 @@ def test_a_validation_set_with_one_positive_gets_the_first_method_fitted_not_an_
     y[7] = 1
     chosen, scores = select_calibration(z, y, np.repeat(np.arange(20), 10) if grouped else None,
                                         ["isotonic", "temperature"])
-    assert chosen["method"] == "isotonic" and scores == {}
+    assert chosen.method == "isotonic" and scores == {}
     p = calibrated_probability(z, chosen)
     assert np.isfinite(p).all() and ((p >= 0) & (p <= 1)).all()

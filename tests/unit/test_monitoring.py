@@ -164,5 +164,5 @@ def test_interval_recalibration_restores_the_nominal_coverage_on_held_out_outcom
     labelled = _labelled(np.zeros(1000), y).assign(output=[{"value": 0.0, "uncertainty": 1.0}] * 1000)
     card = {"calibration": {"interval_z": 1.96, "nominal_coverage": 0.95, "method": "scaled_variance"}}
     result = _interval_fit(card, *split_in_time(labelled, 0.3))
-    assert result["recalibration"]["factor"] == pytest.approx(2.0, rel=0.1)
+    assert result["recalibration"].factor == pytest.approx(2.0, rel=0.1)
     assert result["error_before"] > 0.2 and result["error_after"] < 0.03

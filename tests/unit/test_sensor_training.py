@@ -102,11 +102,11 @@ def test_calibration_choice_follows_cross_fitted_nll():
     # logistic truth, overconfident logits: temperature suffices and isotonic only adds variance
     y = (rng.random(1000) < 1 / (1 + np.exp(-z / 2))).astype(int)
     chosen, scores = select_calibration(np.stack([z, z], 1), y, units, ["temperature", "isotonic"])
-    assert chosen["method"] == "temperature" and chosen["temperature"] == pytest.approx(2.0, rel=0.25)
+    assert chosen.method == "temperature" and chosen.temperature == pytest.approx(2.0, rel=0.25)
     # a step-shaped truth no temperature can express: isotonic wins
     y = (rng.random(1000) < np.where(z > 1, 0.9, 0.05)).astype(int)
     chosen, scores = select_calibration(np.stack([z, z], 1), y, units, ["temperature", "isotonic"])
-    assert chosen["method"] == "isotonic" and scores["isotonic"] < scores["temperature"]
+    assert chosen.method == "isotonic" and scores["isotonic"] < scores["temperature"]
 
 
 def test_minirocket_kernel_on_an_impulse_and_feature_count():
