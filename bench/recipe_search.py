@@ -1,8 +1,9 @@
 """Choose a family's default recipe by validation across its developer datasets (not a test).
 
-Each recipe of a family is a complete setting of the keys explored (molecules: capacity, depth, dropout, epochs and
-early stopping, schedule, loss, learning rate, ensemble size; sensors: loss, mixup, epochs, learning rate and
-schedule, capacity, relative channels), laid over params.yaml's section of that family. Every recipe trains the pipeline's ensemble as
+Each recipe of a family (bench/recipes/<family>.yaml) is a complete setting of the keys explored (molecules: capacity,
+depth, dropout, epochs and early stopping, schedule, loss, learning rate, ensemble size, descriptors; sensors: loss,
+mixup, epochs, learning rate and schedule, capacity, relative channels), laid over params.yaml's section of that
+family. Every recipe trains the pipeline's ensemble as
 a user gets it (pretraining where params.yaml pretrains, then `ensemble_size` members) on every developer dataset
 and is scored on validation: the score is the mean over datasets of the relative validation error reduction
 against the family's `baseline` recipe (error: RMSE; 1 - ROC-AUC; 1 - PR-AUC), so each dataset weighs the same
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import yaml
 from tabulate import tabulate
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -104,121 +106,33 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
 @dataclass(frozen=True)
 class Family:
     """A family's search: its datasets (name -> (group, primary metric)), its recipes (name -> description and
-    overrides, dotted keys of the params.yaml family section) and how one (recipe, dataset, seed) is run."""
+    overrides, dotted keys of the params.yaml family section; from bench/recipes/<family>.yaml) and how one
+    (recipe, dataset, seed) is run."""
 
     datasets: dict[str, tuple[str, str]]
     recipes: dict[str, dict]
     run: Callable[..., dict]
 
 
-def recipes(baseline: dict, variants: dict[str, tuple[str, dict]], described: str) -> dict[str, dict]:
-    """`baseline` and each variant (description, overrides laid over the baseline)."""
-    out = {"baseline": {"description": described, "overrides": baseline}}
-    out.update({name: {"description": text, "overrides": {**baseline, **changes}}
-                for name, (text, changes) in variants.items()})
+RECIPES = PROJECT / "bench" / "recipes"
+
+
+def load_recipes(family: str) -> dict[str, dict]:
+    """bench/recipes/<family>.yaml as name -> {"description", "overrides"}: `baseline`, and each recipe's `sets` laid
+    over the baseline's."""
+    spec = yaml.safe_load((RECIPES / f"{family}.yaml").read_text())
+    baseline = spec["baseline"]
+    out = {"baseline": {"description": baseline["description"], "overrides": baseline["sets"]}}
+    out.update({name: {"description": recipe["description"], "overrides": {**baseline["sets"], **recipe["sets"]}}
+                for name, recipe in spec["recipes"].items()})
     return out
 
 
-# params.yaml's molecule recipe until 2026-12-03; every recipe states each explored key, so it keeps its meaning
-# whatever params.yaml holds later
-MOLECULE_BASELINE = {"model.hidden": 64, "model.layers": 3, "model.dropout": 0.1, "finetune.epochs": 30,
-                     "finetune.patience": 6, "finetune.lr": 0.002, "finetune.lr_schedule": "exponential",
-                     "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0, "finetune.regression_loss": "mse",
-                     "finetune.ensemble_size": 3, "model.descriptors": "physical", "finetune.descriptor_dropout": 0.0,
-                     "model.descriptor_bins": 0, "finetune.weight_decay": 0.0001,
-                     "finetune.weight_average": 0.0}
-MOLECULE_SCHEDULE = {"finetune.epochs": 50, "finetune.patience": 15, "finetune.warmup_epochs": 2,
-                     "finetune.final_lr_ratio": 0.1}
-MOLECULE = Family(
-    datasets={"esol": ("esol", "rmse"), "bbbp": ("bbbp", "roc_auc")},
-    recipes=recipes(MOLECULE_BASELINE, {
-        "schedule": ("baseline + 50 epochs, patience 15, 2-epoch warm-up, exponential decay to 0.1 lr",
-                     MOLECULE_SCHEDULE),
-        "schedule_cosine": ("schedule, cosine decay", {**MOLECULE_SCHEDULE, "finetune.lr_schedule": "cosine"}),
-        "schedule_dropout0_huber": ("schedule + dropout 0 + Huber loss (regression)",
-                                    {**MOLECULE_SCHEDULE, "model.dropout": 0.0, "finetune.regression_loss": "huber"}),
-        "schedule_lr1e-3": ("schedule + lr 0.001", {**MOLECULE_SCHEDULE, "finetune.lr": 0.001}),
-        "schedule_hidden128": ("schedule + hidden 128", {**MOLECULE_SCHEDULE, "model.hidden": 128}),
-        "schedule_hidden300": ("schedule + hidden 300 (chemprop's width)", {**MOLECULE_SCHEDULE, "model.hidden": 300}),
-        "schedule_layers4": ("schedule + 4 GINE layers", {**MOLECULE_SCHEDULE, "model.layers": 4}),
-        "schedule_members5": ("schedule + 5 members", {**MOLECULE_SCHEDULE, "finetune.ensemble_size": 5}),
-        "schedule_rdkit_descriptors": ("schedule + all of RDKit's 2D descriptors (205 instead of 16)",
-                                       {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit"}),
-        "schedule_rdkit_descriptors_descriptor_dropout0.5": (
-            "schedule_rdkit_descriptors + descriptor dropout 0.5 (half the graphs hidden by modality dropout take the "
-            "descriptors with them)", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
-                                      "finetune.descriptor_dropout": 0.5}),
-        "schedule_rdkit_descriptors_descriptor_dropout0.5_bins8": (
-            "schedule_rdkit_descriptors_descriptor_dropout0.5 + each descriptor piecewise-linear encoded over 8 "
-            "training-quantile bins", {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit",
-                                       "finetune.descriptor_dropout": 0.5, "model.descriptor_bins": 8}),
-        "schedule_rdkit_descriptors_descriptor_dropout0.5_wd0.01": (
-            "schedule_rdkit_descriptors_descriptor_dropout0.5 + AdamW weight decay 0.01 (not 1e-4)",
-            {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit", "finetune.descriptor_dropout": 0.5,
-             "finetune.weight_decay": 0.01}),
-        "schedule_rdkit_descriptors_descriptor_dropout0.5_ema0.99": (
-            "schedule_rdkit_descriptors_descriptor_dropout0.5 + an exponential moving average of the weights (decay "
-            "0.99 per step), which validation scores and training keeps",
-            {**MOLECULE_SCHEDULE, "model.descriptors": "rdkit", "finetune.descriptor_dropout": 0.5,
-             "finetune.weight_average": 0.99}),
-    }, "hidden 64, 3 layers, dropout 0.1, 30 epochs, patience 6, constant lr 0.002, MSE, 3 members, 16 descriptors, "
-       "no descriptor dropout"),
-    run=run_molecule)
-
-# params.yaml's sensor recipe until 2026-12-03 (relative channels came on 2026-12-06: off in every recipe that does not name them)
-SENSOR_BASELINE = {"model.hidden": 32, "finetune.epochs": 6, "finetune.patience": 2, "finetune.lr": 0.002,
-                   "finetune.lr_schedule": "exponential", "finetune.warmup_epochs": 0, "finetune.final_lr_ratio": 1.0,
-                   "finetune.loss.terms": {"bce": 1.0}, "finetune.loss.gce_q": 0.7, "finetune.mixup_alpha": 0.0,
-                   "finetune.ensemble_size": 3, "model.relative_channels": False, "model.level_dropout": 0.0,
-                   "model.dropout": 0.1, "data.reference_steps": 100, "finetune.weight_decay": 0.0001,
-                   "finetune.weight_average": 0.0}
-ROBUST = {"finetune.loss.terms": {"gce": 1.0}, "finetune.loss.gce_q": 0.3, "finetune.mixup_alpha": 0.2}
-LONG = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.0005}
-SCHEDULE = {"finetune.epochs": 20, "finetune.patience": 4, "finetune.lr": 0.002, "finetune.warmup_epochs": 1,
-            "finetune.lr_schedule": "cosine", "finetune.final_lr_ratio": 0.05}
-RELATIVE = {"model.relative_channels": True, "model.level_dropout": 0.2}
-SENSOR = Family(
-    datasets={"fd001": ("fd001", "pr_auc"), "fd001_flip0.2": ("fd001_flip0.2", "pr_auc"),
-              **{f"skab_split{i}": ("skab", "pr_auc") for i in range(3)}},
-    recipes=recipes(SENSOR_BASELINE, {
-        "robust": ("GCE q 0.3 + mixup 0.2, 20 epochs, patience 4, lr 5e-4 (the sensor benchmark's recipe)",
-                   {**ROBUST, **LONG}),
-        "bce_long": ("BCE, 20 epochs, patience 4, lr 5e-4", LONG),
-        "robust_schedule": ("GCE + mixup, 20 epochs, patience 4, lr 0.002, 1-epoch warm-up, cosine to 0.05 lr",
-                            {**ROBUST, **SCHEDULE}),
-        "bce_schedule": ("BCE, the schedule of robust_schedule", SCHEDULE),
-        "robust_schedule_relative": ("robust_schedule + relative channels (each channel against its unit's level)",
-                                     {**ROBUST, **SCHEDULE, "model.relative_channels": True}),
-        "robust_schedule_relative_dropout": ("robust_schedule_relative, a fifth of the training windows without "
-                                             "their unit's level", {**ROBUST, **SCHEDULE, **RELATIVE}),
-        "robust_schedule_relative_dropout_half": ("robust_schedule_relative, half the training windows without their "
-                                                  "unit's level", {**ROBUST, **SCHEDULE, **RELATIVE,
-                                                                   "model.level_dropout": 0.5}),
-        "robust_schedule_relative_dropout_half_q0.7": ("robust_schedule_relative_dropout_half, GCE q 0.7 (more robust "
-                                                       "to flipped labels)", {**ROBUST, **SCHEDULE, **RELATIVE,
-                                                                              "model.level_dropout": 0.5,
-                                                                              "finetune.loss.gce_q": 0.7}),
-        "robust_schedule_relative_dropout_half_dropout0.2": ("robust_schedule_relative_dropout_half, dropout 0.2",
-                                                             {**ROBUST, **SCHEDULE, **RELATIVE,
-                                                              "model.level_dropout": 0.5, "model.dropout": 0.2}),
-        "robust_schedule_relative_dropout_half_reference50": (
-            "robust_schedule_relative_dropout_half, each unit's level from its first 50 rows (not 100)",
-            {**ROBUST, **SCHEDULE, **RELATIVE, "model.level_dropout": 0.5, "data.reference_steps": 50}),
-        "robust_schedule_relative_dropout_half_ema0.99": (
-            "robust_schedule_relative_dropout_half + an exponential moving average of the weights (decay 0.99 per "
-            "step), which validation scores and training keeps",
-            {**ROBUST, **SCHEDULE, **RELATIVE, "model.level_dropout": 0.5, "finetune.weight_average": 0.99}),
-        "robust_schedule_relative_dropout_half_wd0.01": (
-            "robust_schedule_relative_dropout_half + AdamW weight decay 0.01 (not 1e-4)",
-            {**ROBUST, **SCHEDULE, **RELATIVE, "model.level_dropout": 0.5, "finetune.weight_decay": 0.01}),
-        "robust_schedule_relative_dropout_members5": ("robust_schedule_relative_dropout + 5 members",
-                                                      {**ROBUST, **SCHEDULE, **RELATIVE, "finetune.ensemble_size": 5}),
-        "robust_schedule_relative_dropout_hidden64": ("robust_schedule_relative_dropout + hidden 64",
-                                                      {**ROBUST, **SCHEDULE, **RELATIVE, "model.hidden": 64}),
-        "robust_hidden64": ("robust + hidden 64", {**ROBUST, **LONG, "model.hidden": 64}),
-        "focal_long": ("focal (gamma 2), 20 epochs, patience 4, lr 5e-4", {"finetune.loss.terms": {"focal": 1.0}, **LONG}),
-    }, "BCE, 6 epochs, patience 2, constant lr 0.002, no mixup, hidden 32, dropout 0.1, 3 members"),
-    run=run_sensor)
+MOLECULE = Family(datasets={"esol": ("esol", "rmse"), "bbbp": ("bbbp", "roc_auc")}, recipes=load_recipes("molecule"),
+                  run=run_molecule)
+SENSOR = Family(datasets={"fd001": ("fd001", "pr_auc"), "fd001_flip0.2": ("fd001_flip0.2", "pr_auc"),
+                          **{f"skab_split{i}": ("skab", "pr_auc") for i in range(3)}},
+                recipes=load_recipes("sensor"), run=run_sensor)
 FAMILIES = {"molecule": MOLECULE, "sensor": SENSOR}
 
 
@@ -363,7 +277,7 @@ def markdown(family_name: str, report: dict) -> str:
     for name, row in ranked:
         marks = [m for m, who in (("the rule's choice", "chosen"), ("leader", "leader")) if report.get(who) == name]
         cells = [f"**{name}** ({', '.join(marks)})" if marks else name,
-                 family.recipes[name]["description"] if name in family.recipes else ""]
+                 report["recipes"][name]["description"]]
         for dataset, (_, metric) in family.datasets.items():
             d = row["datasets"].get(dataset)
             value = (lambda e: e) if metric == "rmse" else (lambda e: 1.0 - e)
@@ -424,7 +338,8 @@ def main() -> None:
             if (d, n, s) not in done]
 
     def save() -> None:
-        report["recipes"] = {n: family.recipes[n] for n in sorted({r["recipe"] for r in report["runs"]})}
+        recorded = {**report.get("recipes", {}), **family.recipes}  # a recipe since dropped keeps its record
+        report["recipes"] = {n: recorded[n] for n in sorted({r["recipe"] for r in report["runs"]})}
         report["summary"] = summarise(family, report["runs"])
         report["seed_scores"] = seed_scores(family, report["runs"])
         report.update(choose(report["summary"], report["seed_scores"]))

@@ -39,6 +39,14 @@ from models.sensor.config import (
 )
 
 DEFAULT_PARAMS = "params.yaml"
+SENSOR_TUNE_SPACE = {"finetune.lr": {"low": 0.0003, "high": 0.003, "log": True},
+                     "finetune.mixup_alpha": {"choices": [0.0, 0.2]},
+                     "finetune.loss.terms": {"choices": [{"bce": 1.0}, {"gce": 1.0}]},
+                     "model.dropout": {"choices": [0.0, 0.1, 0.2]}}
+MOLECULE_TUNE_SPACE = {"finetune.lr": {"low": 0.0003, "high": 0.003, "log": True},
+                       "finetune.regression_loss": {"choices": ["mse", "huber"]},
+                       "finetune.warmup_epochs": {"choices": [0, 3]},
+                       "model.dropout": {"low": 0.0, "high": 0.3}}
 
 
 class SensorParams(StrictModel):
@@ -49,7 +57,7 @@ class SensorParams(StrictModel):
     calibrate: SensorCalibrateConfig = Field(default_factory=SensorCalibrateConfig)
     novelty: SensorNoveltyConfig = Field(default_factory=SensorNoveltyConfig)
     baseline: SensorBaselineConfig = Field(default_factory=SensorBaselineConfig)
-    tune: TuneConfig = Field(default_factory=TuneConfig)
+    tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=SENSOR_TUNE_SPACE))
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(
@@ -65,7 +73,7 @@ class MoleculeParams(StrictModel):
     finetune: MoleculeFinetuneConfig = Field(default_factory=MoleculeFinetuneConfig)
     calibrate: MoleculeCalibrateConfig = Field(default_factory=MoleculeCalibrateConfig)
     baseline: MoleculeBaselineConfig = Field(default_factory=MoleculeBaselineConfig)
-    tune: TuneConfig = Field(default_factory=TuneConfig)
+    tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=MOLECULE_TUNE_SPACE))
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(

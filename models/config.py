@@ -1,44 +1,48 @@
-"""Training-stage sections of params.yaml shared by both model families."""
+"""Training-stage sections of params.yaml shared by both model families.
+
+A setting whose default differs between the families is a field type here (its bounds and meaning) and a field with
+the family's default in the family's class; every default equals params.yaml's (tests/unit/test_params.py).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from data.config import StrictModel
 
+Epochs = Annotated[int, Field(ge=1)]
+BatchSize = Annotated[int, Field(ge=1)]
+MaskRatio = Annotated[float, Field(gt=0, lt=1, description="share of time steps (sensor) or atoms (molecule) masked")]
+Patience = Annotated[int, Field(ge=0, description="epochs without validation improvement before stopping")]
+LrSchedule = Annotated[Literal["exponential", "cosine"], Field(
+    description="decay after warm-up, to lr * final_lr_ratio at the last epoch (models/schedules.py)")]
+WarmupEpochs = Annotated[int, Field(ge=0, description="learning rate rises linearly to lr over these epochs")]
+FinalLrRatio = Annotated[float, Field(gt=0, le=1, description="the last epoch's learning rate is lr * this (1: constant lr)")]
+
 
 class PretrainConfig(StrictModel):
-    """Self-supervised pretraining of the encoder."""
+    """Self-supervised pretraining of the encoder (a family adds `epochs` and `mask_ratio`)."""
 
     enabled: bool = True
-    epochs: int = Field(3, ge=1)
-    batch_size: int = Field(128, ge=1)
+    batch_size: BatchSize = 128
     lr: float = Field(1e-3, gt=0)
-    mask_ratio: float = Field(0.25, gt=0, lt=1, description="share of time steps (sensor) or atoms (molecule) masked")
     seed: int = 0
 
 
 class FinetuneConfig(StrictModel):
-    """Supervised fine-tuning of a small deep ensemble."""
+    """Supervised fine-tuning of a small deep ensemble (a family adds `epochs`, `batch_size`, `patience` and the
+    learning-rate schedule: `lr_schedule`, `warmup_epochs`, `final_lr_ratio`)."""
 
-    epochs: int = Field(10, ge=1)
-    batch_size: int = Field(128, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(1e-4, ge=0)
-    patience: int = Field(3, ge=0, description="epochs without validation improvement before stopping")
+    lr: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(1e-4, ge=0, description="AdamW's decoupled weight decay")
     ensemble_size: int = Field(3, ge=2, description="members; their spread is the uncertainty")
     use_pretrained: bool = Field(True, description="start from the pretrained encoder (switch off for ablation)")
-    lr_schedule: Literal["exponential", "cosine"] = Field(
-        "exponential", description="decay after warm-up, to lr * final_lr_ratio at the last epoch (models/schedules.py)")
-    warmup_epochs: int = Field(0, ge=0, description="learning rate rises linearly to lr over these epochs (chemprop: 2)")
-    final_lr_ratio: float = Field(1.0, gt=0, le=1, description="the last epoch's learning rate is lr * this (1: constant "
-                                  "lr; chemprop's Noam-like schedule: exponential to 0.1)")
     max_grad_norm: float | None = Field(None, gt=0, description="clip the gradients' global L2 norm to this (null: off)")
     weight_average: float = Field(0.0, ge=0, lt=1, description="decay per step of an exponential moving average of the "
                                   "weights, which validation scores and training keeps (0: off)")
-    seed: int = 0
+    seed: int = Field(0, description="member i trains with seed + i")
 
 
 class FixedMasksConfig(StrictModel):

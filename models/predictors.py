@@ -111,8 +111,7 @@ class SensorPredictor:
         if not self.has_novelty:
             return UnitReference(levels, None)
         outputs = self._run(windows, [UnitReference(levels, None)] * len(windows))
-        description = outputs.get("description", outputs.get("embedding"))  # "embedding": exported before 2026-12-06
-        return UnitReference(levels, fit_reference(description, outputs["reconstruction_error"], self.fleet))
+        return UnitReference(levels, fit_reference(outputs["description"], outputs["reconstruction_error"], self.fleet))
 
     def own_references(self, windows: np.ndarray, units: np.ndarray, marked: np.ndarray
                        ) -> list[UnitReference | None]:

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from data.config import StrictModel
-from models.config import FinetuneConfig, FixedMasksConfig, PretrainConfig
+from models.config import (BatchSize, Epochs, FinalLrRatio, FinetuneConfig, FixedMasksConfig, LrSchedule, MaskRatio,
+                           Patience, PretrainConfig, WarmupEpochs)
 
 
 class MoleculeModelConfig(StrictModel):
@@ -24,23 +25,16 @@ class MoleculeModelConfig(StrictModel):
     descriptors: Literal["rdkit", "physical", "none"] = Field(
         "rdkit", description="whole-molecule RDKit descriptors fed to the head (data/molecules/descriptors.py): rdkit: "
         "all of RDKit's 2D descriptors; physical: a short list of 16 (logP, TPSA, size, ...); none: not used")
-    descriptor_bins: int = Field(
-        0, ge=0, description="K > 0: the standardised descriptors are piecewise-linear encoded over K training-quantile "
-        "bins before their MLP (models/piecewise.py); 0: fed as they are")
     modalities: Literal["fused", "graph", "smiles"] = Field(
         "fused", description="fused: graph and SMILES views with a gate; graph or smiles: one view only (ablations)"
     )
-
-    @field_validator("descriptors", mode="before")
-    @classmethod
-    def _boolean_descriptors(cls, value):
-        """`true` / `false`, the setting before descriptor sets, keep their meaning: the short list / none."""
-        return ("physical" if value else "none") if isinstance(value, bool) else value
 
 
 class MoleculePretrainConfig(PretrainConfig):
     """Self-supervised pretraining: masked atoms, masked tokens and graph/SMILES contrastive alignment."""
 
+    epochs: Epochs = 3
+    mask_ratio: MaskRatio = 0.15
     token_mask_ratio: float = Field(0.15, gt=0, lt=1, description="share of SMILES tokens masked")
     contrastive_weight: float = Field(0.5, ge=0, description="weight of the InfoNCE graph/SMILES alignment loss")
     temperature: float = Field(0.1, gt=0, description="InfoNCE temperature")
@@ -54,6 +48,12 @@ class MoleculePretrainConfig(PretrainConfig):
 class MoleculeFinetuneConfig(FinetuneConfig):
     """Supervised fine-tuning of the ensemble."""
 
+    epochs: Epochs = 50
+    batch_size: BatchSize = 64
+    patience: Patience = 15
+    lr_schedule: LrSchedule = "exponential"
+    warmup_epochs: WarmupEpochs = 2
+    final_lr_ratio: FinalLrRatio = 0.1
     regression_loss: Literal["mse", "huber"] = "mse"
     huber_delta: float = Field(1.0, gt=0, description="Huber transition, in standardised target units")
     classification_loss: Literal["bce", "focal"] = "bce"

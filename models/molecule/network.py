@@ -18,8 +18,7 @@ pool:   per view and molecule, [mean, sum / SIZE_NORM] -> linear (the sum keeps 
 descriptors: the leading D columns of the set `descriptors` names (all of RDKit's, or the short physical list;
         `none`: not used), standardised with training-set statistics stored in the model (buffers, so they travel
         into ONNX), an unknown one (NaN: a molecule without its graph view) set to the training mean, clipped to
-        +-DESCRIPTOR_CLIP, with `descriptor_bins` K > 0 piecewise-linear encoded over K training-quantile bins
-        (G, D * K), MLP -> (G, H) concatenated to the fused embedding
+        +-DESCRIPTOR_CLIP, MLP -> (G, H) concatenated to the fused embedding
 head:   MLP, one output per molecule (G,)
 """
 
@@ -35,7 +34,6 @@ from data.molecules.descriptors import DESCRIPTOR_SETS
 from data.molecules.encodings import POSITIONAL_SIZE
 from data.molecules.tokenizer import MASK_ID, PAD_ID
 from models.molecule.config import MoleculeModelConfig
-from models.piecewise import PiecewiseLinearEncoding
 
 NEG = -1e9  # additive mask for absent keys (finite: an all-absent row gives zeros, never NaN)
 SIZE_NORM = 10.0  # sum pooling / SIZE_NORM: order one for typical drug-like molecules
@@ -214,10 +212,7 @@ class MoleculeNet(nn.Module):
         if self.descriptor_count:
             self.register_buffer("descriptor_mean", torch.zeros(self.descriptor_count))
             self.register_buffer("descriptor_scale", torch.ones(self.descriptor_count))
-            self.descriptor_encoding = (PiecewiseLinearEncoding(self.descriptor_count, cfg.descriptor_bins)
-                                        if cfg.descriptor_bins else nn.Identity())
-            encoded = self.descriptor_count * max(cfg.descriptor_bins, 1)
-            self.descriptor_mlp = nn.Sequential(nn.Linear(encoded, cfg.hidden), nn.ReLU(),
+            self.descriptor_mlp = nn.Sequential(nn.Linear(self.descriptor_count, cfg.hidden), nn.ReLU(),
                                                 nn.Linear(cfg.hidden, cfg.hidden))
         head_in = cfg.hidden * (2 if self.descriptor_count else 1)
         self.head = nn.Sequential(
@@ -226,16 +221,13 @@ class MoleculeNet(nn.Module):
 
     def fit_descriptor_scaling(self, descriptors) -> None:
         """Store the mean and standard deviation (a constant column: 1) of the used columns of training descriptors
-        (n, DESCRIPTOR_SIZE), and the bins of their encoding; no-op without descriptors."""
+        (n, DESCRIPTOR_SIZE); no-op without descriptors."""
         if not self.descriptor_count:
             return
         values = torch.as_tensor(descriptors, dtype=torch.float64)[:, :self.descriptor_count]
         std = values.std(dim=0, unbiased=False)
         self.descriptor_mean.copy_(values.mean(dim=0))
         self.descriptor_scale.copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
-        if isinstance(self.descriptor_encoding, PiecewiseLinearEncoding):
-            scaled = self.scaled_descriptors(torch.as_tensor(descriptors, dtype=torch.float32))
-            self.descriptor_encoding.fit(scaled.numpy())
 
     def scaled_descriptors(self, descriptors: torch.Tensor) -> torch.Tensor:
         """Raw descriptors (G, DESCRIPTOR_SIZE) -> the used columns standardised, NaN -> 0, clipped (G, D)."""
@@ -272,8 +264,7 @@ class MoleculeNet(nn.Module):
                 descriptors):
         embedding = self.embed(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens)
         if self.descriptor_count:
-            encoded = self.descriptor_encoding(self.scaled_descriptors(descriptors))
-            embedding = torch.cat([embedding, self.descriptor_mlp(encoded)], dim=-1)
+            embedding = torch.cat([embedding, self.descriptor_mlp(self.scaled_descriptors(descriptors))], dim=-1)
         return self.head(embedding).squeeze(-1)
 
 

@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from data.config import StrictModel
-from models.config import FinetuneConfig, FixedMasksConfig, PretrainConfig
+from models.config import (BatchSize, Epochs, FinalLrRatio, FinetuneConfig, FixedMasksConfig, LrSchedule, MaskRatio,
+                           Patience, PretrainConfig, WarmupEpochs)
 
 LOSS_NAMES = ("bce", "focal", "gce", "sce")
 Augmentation = Literal["jitter", "scaling", "magnitude_warp", "time_warp", "crop", "frequency_noise"]  # augment.py
@@ -46,6 +47,8 @@ class SensorModelConfig(StrictModel):
 class SensorPretrainConfig(PretrainConfig):
     """Self-supervised pretraining: masked reconstruction plus SimCLR (NT-Xent) on augmented views."""
 
+    epochs: Epochs = 2
+    mask_ratio: MaskRatio = 0.25
     contrastive_weight: float = Field(1.0, ge=0, description="weight of NT-Xent next to masked reconstruction (0: off)")
     reconstruction_weight: float = Field(1.0, ge=0, description="weight of masked reconstruction (0: off)")
     temperature: float = Field(0.2, gt=0, description="NT-Xent temperature")
@@ -65,11 +68,11 @@ class SensorPretrainConfig(PretrainConfig):
 class LossConfig(StrictModel):
     """Fine-tuning loss: a weighted sum of terms (see models/losses.py)."""
 
-    terms: dict[str, float] = Field(default_factory=lambda: {"bce": 1.0},
+    terms: dict[str, float] = Field(default_factory=lambda: {"gce": 1.0},
                                     description="loss name -> weight; names: bce, focal, gce, sce")
     focal_gamma: float = Field(2.0, ge=0)
     focal_alpha: float | None = Field(None, gt=0, lt=1, description="weight of positives in focal loss (None: 1 for both)")
-    gce_q: float = Field(0.7, gt=0, le=1, description="generalized cross entropy exponent (q -> 0: CE, q = 1: MAE)")
+    gce_q: float = Field(0.3, gt=0, le=1, description="generalized cross entropy exponent (q -> 0: CE, q = 1: MAE)")
     sce_alpha: float = Field(0.1, ge=0, description="symmetric CE: weight of cross entropy")
     sce_beta: float = Field(1.0, ge=0, description="symmetric CE: weight of reverse cross entropy")
 
@@ -105,6 +108,12 @@ class MeanTeacherConfig(StrictModel):
 class SensorFinetuneConfig(FinetuneConfig):
     """Supervised fine-tuning for noisy, imbalanced labels."""
 
+    epochs: Epochs = 20
+    batch_size: BatchSize = 128
+    patience: Patience = 4
+    lr_schedule: LrSchedule = "cosine"
+    warmup_epochs: WarmupEpochs = 1
+    final_lr_ratio: FinalLrRatio = 0.05
     loss: LossConfig = Field(default_factory=LossConfig)
     sampling: Literal["none", "balanced", "weighted", "uncertainty"] = Field(
         "none", description="balanced: class-aware batches (prior shift, corrected by calibration); weighted: "
@@ -112,7 +121,7 @@ class SensorFinetuneConfig(FinetuneConfig):
         "confidence in them (models/sensor/sampling.py)")
     uncertainty_passes: int = Field(4, ge=2, description="sampling=uncertainty: MC-dropout passes over the training "
                                     "windows before each epoch after the first (their spread is the uncertainty)")
-    mixup_alpha: float = Field(0.0, ge=0, description="time-series mixup Beta(alpha, alpha) (0: off)")
+    mixup_alpha: float = Field(0.2, ge=0, description="time-series mixup Beta(alpha, alpha) (0: off)")
     small_loss_drop: float = Field(0.0, ge=0, lt=1, description="small-loss curriculum: drop this share of the largest per-sample losses (0: off)")
     small_loss_warmup: int = Field(1, ge=0, description="epochs before the drop rate reaches small_loss_drop (linear ramp)")
     checkpoint: bool = Field(True, description="checkpoint every epoch; a killed run resumes from the last one")
@@ -142,6 +151,6 @@ class SensorBaselineConfig(StrictModel):
     """Baselines trained in the same run: HistGradientBoosting on summaries (always) and MiniRocket."""
 
     minirocket: bool = True
-    minirocket_features: int = Field(10_000, ge=84, description="MiniRocket features (multiple of 84 used)")
+    minirocket_features: int = Field(2016, ge=84, description="MiniRocket features (multiple of 84 used)")
     cv_folds: int = Field(3, ge=2, description="grouped (by unit) CV folds choosing the logistic regression C")
-    c_grid: list[float] = Field(default_factory=lambda: [1e-4, 1e-3, 1e-2, 1e-1, 1.0], min_length=1)
+    c_grid: list[float] = Field(default_factory=lambda: [1e-3, 1e-2, 1e-1], min_length=1)

@@ -117,32 +117,11 @@ def test_a_descriptor_set_uses_its_leading_columns_only():
     assert not torch.allclose(forward(full, arrays), forward(full, beyond))
 
 
-def test_binned_descriptors_are_encoded_over_training_quantiles_of_their_standardised_values():
-    net = model(descriptor_bins=4)
-    train = inputs(HANDFUL)["descriptors"]
-    net.fit_descriptor_scaling(train)
-    column = DESCRIPTORS.index("MolLogP")
-    standardised = (train[:, column] - net.descriptor_mean[column].item()) / net.descriptor_scale[column].item()
-    edges = net.descriptor_encoding.edges[column].numpy()
-    assert edges.shape == (5,) and (np.diff(edges) > 0).all()
-    np.testing.assert_allclose(edges[[0, -1]], [standardised.min(), standardised.max()], atol=1e-4)
-    arrays = inputs(["CCO", "c1ccccc1O"])
-    inside = {**arrays, "descriptors": arrays["descriptors"].copy()}
-    inside["descriptors"][0, column] = np.quantile(train[:, column], 0.6)
-    at_max, beyond = ({**arrays, "descriptors": arrays["descriptors"].copy()} for _ in range(2))
-    at_max["descriptors"][0, column] = train[:, column].max()
-    beyond["descriptors"][0, column] = train[:, column].max() + net.descriptor_scale[column].item()  # +1 sd
-    out = [forward(net, a) for a in (arrays, inside, at_max, beyond)]
-    assert not torch.isclose(out[1][0], out[0][0]) and torch.isclose(out[1][1], out[0][1])
-    # the encoding is flat beyond the training range (a plain standardised column is not, up to its clip)
-    assert torch.allclose(out[3], out[2]) and not torch.allclose(out[2], out[1])
-
-
-def test_boolean_descriptors_keep_their_meaning_from_before_descriptor_sets():
-    assert MoleculeModelConfig(descriptors=True).descriptors == "physical"
-    assert MoleculeModelConfig(descriptors=False).descriptors == "none"
-    with pytest.raises(ValueError):
-        MoleculeModelConfig(descriptors="all")
+def test_descriptors_name_a_set():
+    assert MoleculeModelConfig(descriptors="physical").descriptors == "physical"
+    for value in (True, False, "all"):
+        with pytest.raises(ValueError, match="descriptors"):
+            MoleculeModelConfig(descriptors=value)
 
 
 def test_attention_stays_inside_each_molecule():
@@ -318,9 +297,9 @@ def test_conformal_scale_covers_at_the_nominal_level():
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     torch.manual_seed(0)
-    binned = model(seed=1, descriptor_bins=4)  # one member with binned descriptors: their encoding exports too
-    binned.fit_descriptor_scaling(inputs(HANDFUL)["descriptors"])
-    ensemble = CalibratedRegressorEnsemble([model(seed=0), binned], target_mean=-3.0, target_std=2.0,
+    scaled = model(seed=1)  # one member with fitted descriptor scaling: its statistics export too
+    scaled.fit_descriptor_scaling(inputs(HANDFUL)["descriptors"])
+    ensemble = CalibratedRegressorEnsemble([model(seed=0), scaled], target_mean=-3.0, target_std=2.0,
                                            scale=1.5).eval()
     example = inputs(["CCN", "c1ccccc1", "CCO"])
     path = export_onnx(ensemble, {k: torch.from_numpy(example[k]) for k in MODEL_INPUTS}, MODEL_INPUT_AXES,

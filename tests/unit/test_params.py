@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 from flows.params import Params, ParamsError, load_params, with_overrides, write_overrides
 
@@ -23,6 +24,43 @@ def test_project_params_file_is_valid_and_complete():
     assert params.molecule.data.source == "solubility"
     raw = yaml.safe_load((PROJECT / "params.yaml").read_text())
     assert set(raw) == set(Params.model_fields)
+
+
+def settings(section: BaseModel, prefix: str = "") -> dict[str, object]:
+    """Every setting of a params section by its dotted key (a mapping-valued setting, such as a loss's terms or a
+    tune space, is one setting)."""
+    out = {}
+    for name in type(section).model_fields:
+        value = getattr(section, name)
+        out.update(settings(value, f"{prefix}{name}.") if isinstance(value, BaseModel) else {f"{prefix}{name}": value})
+    return out
+
+
+def written(raw: dict, key: str) -> bool:
+    node = raw
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def test_params_yaml_states_every_setting_at_the_classes_default():
+    """One source of defaults: the config classes' defaults are params.yaml's values, key by key, and params.yaml
+    writes every key out."""
+    defaults, shipped = settings(Params()), settings(load_params(PROJECT / "params.yaml"))
+    raw = yaml.safe_load((PROJECT / "params.yaml").read_text())
+    assert [key for key in defaults if not written(raw, key)] == [], "settings missing from params.yaml"
+    differ = {key: {"params.yaml": shipped[key], "class default": value}
+              for key, value in defaults.items() if shipped[key] != value}
+    assert differ == {}, "class defaults that differ from params.yaml"
+
+
+def test_a_partial_params_file_takes_params_yaml_s_values_for_what_it_omits(tmp_path):
+    partial = load_params(write(tmp_path, {"sensor": {"finetune": {"epochs": 3}}, "molecule": {"data": {"seed": 2}}}))
+    shipped = load_params(PROJECT / "params.yaml")
+    assert partial == with_overrides(shipped, {"sensor.finetune.epochs": 3, "molecule.data.seed": 2})
+    assert load_params(write(tmp_path, {})) == shipped
 
 
 def test_unknown_key_is_named(tmp_path):

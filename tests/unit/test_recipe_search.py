@@ -126,3 +126,14 @@ def test_every_recipe_is_valid_and_sets_what_it_names(family):
     # a recipe replaces the loss terms, it does not add to the baseline's
     robust = with_overrides(params, {f"sensor.{k}": v for k, v in SENSOR.recipes["robust"]["overrides"].items()})
     assert robust.sensor.finetune.loss.terms == {"gce": 1.0}
+
+
+DROPPED_OPTIONS = {"model.descriptor_bins"}  # options removed after their recipe lost (docs/reference/params.md)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_the_recipe_files_hold_the_recipes_the_committed_search_ran(family):
+    recorded = json.loads((PROJECT / "bench" / "results" / f"recipe_{family}.json").read_text())["recipes"]
+    for name, recipe in FAMILIES[family].recipes.items():
+        overrides = {k: v for k, v in recorded[name]["overrides"].items() if k not in DROPPED_OPTIONS}
+        assert recipe == {**recorded[name], "overrides": overrides}, name

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from models.config import FinetuneConfig
+from models.sensor.config import SensorFinetuneConfig
 from models.schedules import LR_SCHEDULES, lr_factor
 from models.training import train
 
@@ -30,7 +30,7 @@ def test_cosine_and_exponential_differ_in_shape():
 
 def test_an_unknown_schedule_is_a_config_error_naming_it():
     with pytest.raises(ValueError, match="lr_schedule"):
-        FinetuneConfig(lr_schedule="linear")
+        SensorFinetuneConfig(lr_schedule="linear")
 
 
 def test_gradient_clipping_bounds_the_step(monkeypatch):
