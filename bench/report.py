@@ -196,7 +196,7 @@ def fault_type_section(conditions: dict[tuple[str, float], list[Row]]) -> list[s
     """One table per flip rate: a row per held-out SKAB fault type, test PR-AUC per method, and their mean."""
     lines = ["### SKAB by fault type", "",
              "Each fault type held out in turn as the test split; validation is a seeded fifth of the other types' "
-             "runs ([sensor.md](sensor.md#skab-by-fault-type) lists the runs of each type).", ""]
+             "runs ([reference/benchmarks.md](reference/benchmarks.md#sensor-failure-detector) lists the runs of each type).", ""]
     for flip in sorted({flip for _, flip in conditions}):
         groups = sorted(dataset for dataset, f in conditions if f == flip)
         methods = list(dict.fromkeys(row.name for g in groups for row in conditions[(g, flip)]))
@@ -269,7 +269,7 @@ def sensor_section(results: dict, images: Path) -> list[str]:
              "measured them, the benchmark's `full` recipe (one setting for every dataset, not params.yaml's) elsewhere. "
              "Reference rows: the figures of "
              f"`{ANCHORS}` (same protocol, 3 seeds; FD001 only). Protocol and settings: "
-             "[sensor.md](sensor.md#benchmark). SKAB's seed also draws the split of runs.", ""]
+             "[reference/benchmarks.md](reference/benchmarks.md#sensor-failure-detector). SKAB's seed also draws the split of runs.", ""]
     for dataset in sorted({dataset for dataset, _ in conditions}):
         flips = sorted(flip for d, flip in conditions if d == dataset)
         image = f"sensor_{dataset}.png"
@@ -287,7 +287,7 @@ def molecule_section(reports: dict[str, dict], images: Path) -> list[str]:
              "scaffold split. Reference rows: `anchors_test` of the JSON, the "
              f"figures of `{ANCHORS}` (chemprop there: RMSE 0.826 ± 0.020 on ESOL, ROC-AUC 0.667 ± 0.037 on "
              "BBBP, 3 seeds). Seconds are wall-clock per run on a loaded 2-core machine. Protocol and settings: "
-             "[molecule.md](molecule.md#benchmark).", ""]
+             "[reference/benchmarks.md](reference/benchmarks.md#molecular-property-model).", ""]
     for source, report in reports.items():
         for dataset, (task, rows) in molecule_conditions(report).items():
             variant = source.removeprefix("molecule").strip("_").removeprefix(dataset).strip("_")  # e.g. hidden128
