@@ -2,8 +2,8 @@
 
 Convolutions get static int8 (per-channel weights, activation ranges calibrated by MinMax on featurised
 validation windows); MatMuls get dynamic int8 weights (activations quantised at run time). On the sensor ensemble
-this was the fastest mix measured (docs/serving.md): static MatMul quantisation moved probabilities by up to 0.06,
-dynamic Conv (ConvInteger) was slower than float. Weights use 7 of their 8 bits (`reduce_range`): on x86 CPUs
+this was the fastest mix measured (docs/decisions/0008-onnx-export.md): static MatMul quantisation moved
+probabilities by up to 0.06, dynamic Conv (ConvInteger) was slower than float. Weights use 7 of their 8 bits (`reduce_range`): on x86 CPUs
 without VNNI (AVX2 only) ONNX Runtime's u8 x s8 kernels sum pairs of products in 16 bits, which saturate with full-range
 weights (a trained ensemble's probabilities moved by 0.18 on an AMD EPYC with AVX2, 0.012 with the reduced range). The result's outputs differ from the float model's, so the export
 stage evaluates and registers the quantised file itself and bounds the difference.

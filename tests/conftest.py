@@ -19,7 +19,7 @@ os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-home-")
 os.environ.pop("PREFECT_API_URL", None)
 # One intra-op thread per test process and per process it starts, in torch and in ONNX Runtime (models/onnx_runtime.py
 # follows OMP_NUM_THREADS; set before anything imports torch): `make test` already runs one worker per core, and each
-# process's own intra-op threads only wait and spin beside the other worker's (the README's "Tests" gives the times).
+# process's own intra-op threads only wait and spin beside the other worker's.
 # An OMP_NUM_THREADS already set is kept.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Services started by tests write their prediction log outside the project.

@@ -1,17 +1,16 @@
 """Whole-molecule RDKit descriptors, part of the shared featurisation (numpy + RDKit, no torch).
 
-Every molecule gets RDKit's 2D descriptors (`DESCRIPTORS`, about 9 ms per BBBP molecule), in a fixed order: first a
-short list of physically meaningful ones (`PHYSICAL_DESCRIPTORS`: lipophilicity and refractivity (Crippen), polar
-surface, size, hydrogen-bond donors/acceptors, flexibility, rings and saturation; solubility follows logP, size and
-aromatic share, Delaney 2004), then the rest of RDKit's list (E-state, charges, connectivity and shape indices, VSA
-bins, fragment counts, QED) but those whose cost grows steeply with a molecule's size: `Ipc` and `AvgIpc` (a
-characteristic polynomial, about 0.4 s for a molecule of 196 heavy atoms; Ipc's values also span tens of orders of
-magnitude), the eight `BCUT2D_*`, `BertzCT` and `BalabanJ` (together about 0.09 s there). The rest take about 0.06 s
-for such a molecule (all figures on a loaded 2-core machine, 2026-12-06). A model
-uses the leading columns of a set (`DESCRIPTOR_SETS`; `molecule.model.descriptors`) and standardises them with
-training-set statistics it stores (models/molecule/network.py). Names are pinned here, not read from the installed
-RDKit, so a column means the same in training and serving. Changing the list changes the model's input: bump
-FEATURIZER_VERSION in data/molecules/featurize.py.
+Every molecule gets RDKit's 2D descriptors (`DESCRIPTORS`), in a fixed order: first a short list of physically
+meaningful ones (`PHYSICAL_DESCRIPTORS`: lipophilicity and refractivity (Crippen), polar surface, size, hydrogen-bond
+donors/acceptors, flexibility, rings and saturation; solubility follows logP, size and aromatic share, Delaney 2004),
+then the rest of RDKit's list (E-state, charges, connectivity and shape indices, VSA bins, fragment counts, QED) but
+those whose cost grows steeply with a molecule's size: `Ipc` and `AvgIpc` (a characteristic polynomial; Ipc's values
+also span tens of orders of magnitude), the eight `BCUT2D_*`, `BertzCT` and `BalabanJ`
+(docs/decisions/0009-molecule-descriptors.md). A model uses the leading columns of a set (`DESCRIPTOR_SETS`;
+`molecule.model.descriptors`) and standardises them with training-set statistics it stores
+(models/molecule/network.py). Names are pinned here, not read from the installed RDKit, so a column means the same in
+training and serving. Changing the list changes the model's input: bump FEATURIZER_VERSION in
+data/molecules/featurize.py.
 """
 
 from __future__ import annotations

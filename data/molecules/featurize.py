@@ -134,9 +134,8 @@ def featurize_mol(mol: Chem.Mol) -> MolGraph:
 def one_blas_thread() -> threadpool_limits:
     """A context in which BLAS and LAPACK run on one thread: the structural encodings' eigendecomposition and walk
     powers are on matrices of tens of atoms, where more threads only add their start-up and, when the cores are busy,
-    wait for them (a BBBP molecule's featurisation 12-13 ms on one thread against 20-23 ms with OpenBLAS's default,
-    two busy cores, 2026-12-06). Featurise many molecules inside one such context: entering it costs 1-2 ms
-    (it reads which BLAS libraries are loaded)."""
+    wait for them (docs/decisions/0010-one-blas-thread.md). Featurise many molecules inside one such context: entering
+    it reads which BLAS libraries are loaded, which costs a millisecond or two."""
     return threadpool_limits(1, user_api="blas")
 
 

@@ -17,7 +17,7 @@ def fit_conformal_scale(residuals: np.ndarray, spread: np.ndarray, z: float) -> 
     Scores |residual| / spread on the calibration (validation) set; q is their ceil((n + 1)(1 - alpha)) / n
     empirical quantile, s = q / z. residuals, spread: (n,). Split conformal's finite-sample guarantee needs
     calibration data the model never depended on; the pipeline's validation set also chose each member's epoch, so
-    there the coverage is approximate (docs/molecule.md, Calibration).
+    there the coverage is approximate (docs/explanation/molecule.md, Calibration and uncertainty).
     """
     scores = np.abs(np.asarray(residuals, dtype=float)) / np.maximum(np.asarray(spread, dtype=float), 1e-8)
     n = len(scores)

@@ -63,7 +63,7 @@ class MoleculeFinetuneConfig(FinetuneConfig):
     )
     descriptor_dropout: float = Field(
         0.5, ge=0, le=1, description="the chance that a graph hidden by modality_dropout takes its descriptors with "
-        "it (trains the SMILES-only answer without descriptors; measured in docs/molecule.md)")
+        "it (trains the SMILES-only answer without descriptors; docs/decisions/0009-molecule-descriptors.md)")
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
 
 

@@ -27,7 +27,7 @@ class Reference:
     """A unit's normal: description mean and spread (D,), the log of its typical reconstruction error, and how many
     windows it was fitted on (0: none, the fleet's normal stands in). The fleet's reference also holds `within` (D,),
     the spread of its units' descriptions within their own reference periods; with a fleet reference without it
-    (models exported before 2026-12-06) a unit's mean and spread are shrunk towards the fleet's mean and whole spread,
+    (models exported before it was stored) a unit's mean and spread are shrunk towards the fleet's mean and whole spread,
     as those models were calibrated."""
 
     mean: np.ndarray

@@ -1,7 +1,8 @@
 """Per-channel window statistics computed inside the model (torch, so they export into the ONNX graph).
 
 The same statistics as the HistGradientBoosting baseline's (data/sensors/summary_features.py). They give the head
-direct access to levels and spreads that the per-step normalised encoder blurs (docs/sensor.md, "SKAB").
+direct access to levels and spreads that the per-step normalised encoder blurs
+(docs/decisions/0003-sensor-window-statistics.md).
 """
 
 from __future__ import annotations

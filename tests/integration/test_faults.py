@@ -1,7 +1,7 @@
 """Injected faults: a fine-tuning process killed with SIGKILL between epochs resumes from its checkpoint and ends
 with the weights and history of a run that was never interrupted.
 
-Other faults have their tests next to the code they exercise (docs/reliability.md lists them all)."""
+Other faults have their tests next to the code they exercise (docs/reference/faults.md lists them all)."""
 
 from __future__ import annotations
 
