@@ -22,11 +22,12 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import mlflow
 import optuna
 from prefect.artifacts import create_table_artifact
+from pydantic import BaseModel
 from tabulate import tabulate
 
 from flows.config import SearchDimension, TuneConfig
@@ -70,6 +71,26 @@ class Tunable:
     @property
     def family(self) -> str:
         return self.paths.family
+
+
+class TrialRecord(BaseModel):
+    """One trial as trials.json lists it: Optuna's trial number, its state, the settings it tried (dotted keys under
+    the family), the metric (None unless complete), the best and the number of epochs trained, the worker
+    (host:pid) that ran it and, for a failed trial, why."""
+
+    trial: int
+    state: Literal["running", "complete", "pruned", "failed"] = "running"
+    params: dict[str, Any]
+    value: float | None = None
+    best_epoch: int | None = None
+    epochs: int = 0
+    worker: str
+    error: str | None = None
+
+    @property
+    def logged_params(self) -> dict[str, Any]:
+        """The settings as MLflow params and table cells take them (mappings as JSON texts)."""
+        return {k: json.dumps(v) if isinstance(v, dict) else v for k, v in self.params.items()}
 
 
 def searched(cfg: TuneConfig, inert: set[str]) -> tuple[TuneConfig, list[str]]:
@@ -121,10 +142,10 @@ def journal(path: Path) -> optuna.storages.JournalStorage:
 
 
 @compute_task(name="tune-trial", task_run_name="trial-{index}")
-def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_path: str, sign: float) -> dict:
+def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_path: str,
+              sign: float) -> TrialRecord:
     """One Optuna trial: ask the study for settings, train one member with them (pruned by the median rule), tell
-    the study. Returns {trial, state, value (the metric, None unless complete), best_epoch, epochs, params, worker,
-    error}."""
+    the study. Returns its record."""
     cfg = getattr(params, tunable.family).tune
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     epochs = getattr(params, tunable.family).finetune.epochs
@@ -132,12 +153,11 @@ def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_p
                               sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg, epochs))
     trial = study.ask()
     values = {key: suggest(trial, key, dimension) for key, dimension in cfg.space.items()}
-    record = {"trial": trial.number, "params": values, "value": None, "best_epoch": None, "epochs": 0,
-              "worker": f"{socket.gethostname()}:{os.getpid()}", "error": None}
+    record = TrialRecord(trial=trial.number, params=values, worker=f"{socket.gethostname()}:{os.getpid()}")
 
     def on_epoch(epoch: int, score: float) -> None:
         trial.report(score, epoch)
-        record["epochs"] = epoch + 1
+        record.epochs = epoch + 1
         if trial.should_prune():
             raise optuna.TrialPruned()
 
@@ -147,12 +167,13 @@ def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_p
         result = tunable.train_trial(family_params, inputs, on_epoch)
     except optuna.TrialPruned:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        return {**record, "state": "pruned"}
+        return record.model_copy(update={"state": "pruned"})
     except Exception as error:  # a setting that cannot train (weights that do not fit the pretrained encoder)
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        return {**record, "state": "failed", "error": f"{type(error).__name__}: {error}"}
+        return record.model_copy(update={"state": "failed", "error": f"{type(error).__name__}: {error}"})
     study.tell(trial, result.best_score)
-    return {**record, "state": "complete", "value": sign * result.best_score, "best_epoch": result.best_epoch}
+    return record.model_copy(update={"state": "complete", "value": sign * result.best_score,
+                                     "best_epoch": result.best_epoch})
 
 
 def _plots(study: optuna.Study, out: Path) -> list[Path]:
@@ -183,9 +204,78 @@ def _plots(study: optuna.Study, out: Path) -> list[Path]:
     return written
 
 
-def tune(tunable: Tunable, params_file: str) -> list[dict]:
-    """Run the family's study within its trial count and budget; write tuned/<family>.yaml. Returns the trial
-    records, best first."""
+def _check_space(params: Params, family: str, cfg: TuneConfig) -> None:
+    """Every key and range end of the space is a valid setting (ValueError naming it), before anything trains."""
+    for key, dimension in cfg.space.items():
+        for value in [dimension.low, dimension.high] if dimension.choices is None else dimension.choices:
+            with_overrides(params, {f"{family}.{key}": int(value) if dimension.integer else value})
+
+
+def _new_study(family: str, cfg: TuneConfig, study_path: Path) -> None:
+    """A fresh study in the journal at `study_path`; on a grid, every grid point queued once, in grid order, so that
+    parallel trials never repeat one."""
+    study_path.unlink(missing_ok=True)
+    study = optuna.create_study(study_name=family, storage=journal(study_path), direction="maximize")
+    if cfg.sampler == "grid":
+        for values in itertools.product(*(_choices(d) for d in cfg.space.values())):
+            study.enqueue_trial(dict(zip(cfg.space, values)))
+
+
+def _run_trials(tunable: Tunable, params: Params, inputs: Any, study_path: Path, trials: int,
+                metric: tuple[str, float]) -> list[TrialRecord]:
+    """Waves of `parallel` trial tasks until `trials` have run or the budget is spent; their records in order."""
+    cfg: TuneConfig = getattr(params, tunable.family).tune
+    (name, sign), started, records = metric, time.monotonic(), []
+    while len(records) < trials and time.monotonic() - started < cfg.budget_minutes * 60:
+        wave = range(len(records), min(trials, len(records) + cfg.parallel))
+        futures = [run_trial.submit(tunable, index, params, inputs, str(study_path), sign) for index in wave]
+        for future in futures:
+            record = future.result()
+            records.append(record)
+            shown = "" if record.value is None else f" {name} {record.value:.4f}"
+            print(f"{tunable.family} tune: trial {record.trial + 1}/{trials} {record.state}{shown} {record.params}"
+                  + (f" ({record.error})" if record.error else ""), flush=True)
+    return records
+
+
+def _ranked(family: str, records: list[TrialRecord], sign: float) -> list[TrialRecord]:
+    """The complete trials best first, then the others in order; ValueError (with their errors) when none completed."""
+    complete = [r for r in records if r.state == "complete"]
+    if not complete:
+        errors = sorted({r.error for r in records if r.error})
+        raise ValueError(f"no {family} tuning trial completed ({len(records)} run)"
+                         + ("".join(f"\n  {e}" for e in errors) if errors else ""))
+    return sorted(complete, key=lambda r: -sign * r.value) + [r for r in records if r.state != "complete"]
+
+
+def _log(tunable: Tunable, params: Params, records: list[TrialRecord], ranked: list[TrialRecord], metric: str,
+         minutes: float, out: Path) -> list[dict]:
+    """MLflow: a parent run with a nested run per trial (in the order they ran) and the plots; Prefect: the ranking
+    as a table artifact. Returns the table's rows, best first."""
+    family = tunable.family
+    cfg: TuneConfig = getattr(params, family).tune
+    study = optuna.load_study(study_name=family, storage=journal(out / STUDY_FILE))  # with every trial's outcome
+    rows = [{"trial": r.trial, "state": r.state, metric: r.value, "epochs": r.epochs, **r.logged_params}
+            for r in ranked]
+    with stage_run(params.tracking, family, "tune", {"tune": cfg.model_dump(mode="json")},
+                   {family: tunable.paths.prepared}) as parent:
+        for record in records:
+            with mlflow.start_run(run_name=f"{family}.tune.trial-{record.trial}", nested=True,
+                                  experiment_id=parent.info.experiment_id):
+                mlflow.log_params(record.logged_params)
+                mlflow.log_metrics({k: v for k, v in ((metric, record.value), ("epochs", record.epochs),
+                                                      ("best_epoch", record.best_epoch)) if v is not None})
+                mlflow.set_tags({"state": record.state, "worker": record.worker})
+        mlflow.log_metrics({f"best_{metric}": ranked[0].value, "trials": len(records), "minutes": minutes})
+        for path in _plots(study, out):
+            mlflow.log_artifact(str(path))
+        create_table_artifact(rows, key=f"{family}-tune", description=f"{family} tuning trials, best {metric} first")
+    return rows
+
+
+def tune(tunable: Tunable, params_file: str) -> list[TrialRecord]:
+    """Run the family's study within its trial count and budget; write tuned/<family>.yaml and the trial records
+    (trials.json). Returns the records, best first."""
     params = load_params(params_file)
     family = tunable.family
     cfg: TuneConfig = getattr(params, family).tune
@@ -195,65 +285,29 @@ def tune(tunable: Tunable, params_file: str) -> list[dict]:
     target = tuned_file(family, tunable.paths.root)
     out = tunable.paths.artifacts / "tune"
     out.mkdir(parents=True, exist_ok=True)
-    for key in cfg.space:  # every key and range end is a valid setting before anything trains
-        for value in ([cfg.space[key].low, cfg.space[key].high] if cfg.space[key].choices is None
-                      else cfg.space[key].choices):
-            with_overrides(params, {f"{family}.{key}": int(value) if cfg.space[key].integer else value})
+    _check_space(params, family, cfg)
     cfg, skipped = searched(cfg, tunable.inert(params))
     if skipped:
         print(f"{family} tune: {skipped} cannot change a trial with these settings; left out of the search")
         params = with_overrides(params, {f"{family}.tune.space": cfg.model_dump(mode="json")["space"]})
     trials = min(cfg.trials, cfg.grid_size()) if cfg.sampler == "grid" else cfg.trials
     study_path = (out / STUDY_FILE).resolve()
-    study_path.unlink(missing_ok=True)
-    study = optuna.create_study(study_name=family, storage=journal(study_path), direction="maximize")
-    if cfg.sampler == "grid":  # every grid point queued once, in grid order: parallel trials never repeat one
-        for values in itertools.product(*(_choices(d) for d in cfg.space.values())):
-            study.enqueue_trial(dict(zip(cfg.space, values)))
+    _new_study(family, cfg, study_path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     inputs = tunable.load_inputs(params)
     metric, sign = tunable.metric(inputs)
-    started, records = time.monotonic(), []
-    while len(records) < trials and time.monotonic() - started < cfg.budget_minutes * 60:
-        wave = range(len(records), min(trials, len(records) + cfg.parallel))
-        futures = [run_trial.submit(tunable, index, params, inputs, str(study_path), sign) for index in wave]
-        for future in futures:
-            record = future.result()
-            records.append(record)
-            shown = "" if record["value"] is None else f" {metric} {record['value']:.4f}"
-            print(f"{family} tune: trial {record['trial'] + 1}/{trials} {record['state']}{shown} {record['params']}"
-                  + (f" ({record['error']})" if record["error"] else ""), flush=True)
+    started = time.monotonic()
+    records = _run_trials(tunable, params, inputs, study_path, trials, (metric, sign))
     elapsed = time.monotonic() - started
-    complete = [r for r in records if r["state"] == "complete"]
-    if not complete:
-        errors = sorted({r["error"] for r in records if r["error"]})
-        raise ValueError(f"no {family} tuning trial completed ({len(records)} run)"
-                         + ("".join(f"\n  {e}" for e in errors) if errors else ""))
-    ranked = sorted(complete, key=lambda r: -sign * r["value"]) + [r for r in records if r["state"] != "complete"]
-    best = ranked[0]
-    study = optuna.load_study(study_name=family, storage=journal(study_path))  # with every trial's outcome
-    logged = {"tune": cfg.model_dump(mode="json")}
-    with stage_run(params.tracking, family, "tune", logged, {family: tunable.paths.prepared}) as parent:
-        for record in records:
-            with mlflow.start_run(run_name=f"{family}.tune.trial-{record['trial']}", nested=True,
-                                  experiment_id=parent.info.experiment_id):
-                mlflow.log_params({k: json.dumps(v) if isinstance(v, dict) else v for k, v in record["params"].items()})
-                mlflow.log_metrics({k: v for k, v in ((metric, record["value"]), ("epochs", record["epochs"]),
-                                                      ("best_epoch", record["best_epoch"])) if v is not None})
-                mlflow.set_tags({"state": record["state"], "worker": record["worker"]})
-        mlflow.log_metrics({f"best_{metric}": best["value"], "trials": len(records), "minutes": elapsed / 60})
-        for path in _plots(study, out):
-            mlflow.log_artifact(str(path))
-        rows = [{"trial": r["trial"], "state": r["state"], metric: r["value"], "epochs": r["epochs"],
-                 **{k: json.dumps(v) if isinstance(v, dict) else v for k, v in r["params"].items()}} for r in ranked]
-        create_table_artifact(rows, key=f"{family}-tune", description=f"{family} tuning trials, best {metric} first")
-    write_json(out / TRIALS_FILE, ranked)
-    write_tuned(target, best["params"],
-                f"written by the {family}_tune stage: best of {len(records)} trials ({len(complete)} complete) in "
-                f"{elapsed:.0f} s, {metric} {best['value']:.4f} (trial {best['trial']});\n"
+    ranked = _ranked(family, records, sign)
+    best, complete = ranked[0], sum(r.state == "complete" for r in records)
+    rows = _log(tunable, params, records, ranked, metric, elapsed / 60, out)
+    write_json(out / TRIALS_FILE, [r.model_dump() for r in ranked])
+    write_tuned(target, best.params,
+                f"written by the {family}_tune stage: best of {len(records)} trials ({complete} complete) in "
+                f"{elapsed:.0f} s, {metric} {best.value:.4f} (trial {best.trial});\n"
                 f"{family}_finetune reads these keys on top of params.yaml")
     print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4f"))
-    print(f"{family} tune: best {metric} {best['value']:.4f} with {best['params']} -> "
+    print(f"{family} tune: best {metric} {best.value:.4f} with {best.params} -> "
           f"{target.relative_to(tunable.paths.root)}")
     return ranked
-

@@ -10,7 +10,7 @@ from flows.molecule.finetune import FinetuneInputs, load_inputs
 from flows.params import Params
 from flows.paths import MOLECULE
 from flows.tasks import stage_cli
-from flows.tune import Tunable, tune
+from flows.tune import TrialRecord, Tunable, tune
 from models.device import pick_device
 from models.molecule.training import finetune_member
 from models.training import TrainResult
@@ -46,7 +46,7 @@ TUNABLE = Tunable(MOLECULE, inputs, metric, train_trial, inert)
 
 
 @flow(name="molecule-tune")
-def molecule_tune(params_file: str = "params.yaml") -> list[dict]:
+def molecule_tune(params_file: str = "params.yaml") -> list[TrialRecord]:
     """Tune within `molecule.tune`'s trials and budget; returns the trials, best first."""
     return tune(TUNABLE, params_file)
 

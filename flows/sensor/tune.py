@@ -9,7 +9,7 @@ from flows.params import Params
 from flows.paths import SENSOR
 from flows.sensor.finetune import FinetuneInputs, load_inputs
 from flows.tasks import stage_cli
-from flows.tune import Tunable, tune
+from flows.tune import TrialRecord, Tunable, tune
 from models.device import pick_device
 from models.sensor.training import finetune_member
 from models.training import TrainResult
@@ -37,7 +37,7 @@ TUNABLE = Tunable(SENSOR, inputs, metric, train_trial)
 
 
 @flow(name="sensor-tune")
-def sensor_tune(params_file: str = "params.yaml") -> list[dict]:
+def sensor_tune(params_file: str = "params.yaml") -> list[TrialRecord]:
     """Tune within `sensor.tune`'s trials and budget; returns the trials, best first."""
     return tune(TUNABLE, params_file)
 

@@ -60,10 +60,10 @@ def test_a_trial_below_the_median_of_earlier_trials_is_pruned_and_the_study_lear
     params, path = _study(tmp_path, rates)
     tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
     records = [run_trial.fn(tunable, index, params, None, str(path), 1.0) for index in range(6)]
-    assert [r["state"] for r in records] == ["complete"] * 5 + ["pruned"]
-    assert records[4]["value"] == pytest.approx(3.5) and records[4]["epochs"] == 6
-    assert records[5]["epochs"] == 3  # judged from a third of its 6 epochs on: after epochs 0, 1 and 2
-    assert records[5]["params"] == {"finetune.lr": 0.01} and records[5]["value"] is None
+    assert [r.state for r in records] == ["complete"] * 5 + ["pruned"]
+    assert records[4].value == pytest.approx(3.5) and records[4].epochs == 6
+    assert records[5].epochs == 3  # judged from a third of its 6 epochs on: after epochs 0, 1 and 2
+    assert records[5].params == {"finetune.lr": 0.01} and records[5].value is None
     study = optuna.load_study(study_name="sensor", storage=journal(path))
     assert [t.state.name for t in study.trials] == ["COMPLETE"] * 5 + ["PRUNED"]
     assert study.best_params == {"finetune.lr": 0.035}
@@ -73,7 +73,7 @@ def test_a_trial_that_cannot_train_is_failed_with_its_reason_and_the_study_goes_
     params, path = _study(tmp_path, [0.03])
     tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _fails)
     record = run_trial.fn(tunable, 0, params, None, str(path), 1.0)
-    assert record["state"] == "failed" and "size mismatch for encoder.weight" in record["error"]
+    assert record.state == "failed" and "size mismatch for encoder.weight" in record.error
     assert optuna.load_study(study_name="sensor", storage=journal(path)).trials[0].state.name == "FAIL"
 
 
@@ -152,3 +152,29 @@ def test_the_stage_command_reads_the_params_file_named_in_either_spelling(tmp_pa
     assert handed == [] and yaml.safe_load((tmp_path / "tuned" / "sensor.yaml").read_text()) == {}
     tune_command.main(["sensor"])
     assert handed == [("flows.sensor.tune", [])]
+
+
+def test_the_stage_writes_its_trials_best_first_and_the_best_settings(tmp_path, monkeypatch):
+    """The whole study (trials as Prefect tasks, MLflow runs in a throwaway store): trials.json ranks the records,
+    tuned/sensor.yaml holds the best trial's settings."""
+    import mlflow
+    from prefect import flow
+
+    from flows.tune import TrialRecord, tune
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    _write_params(tmp_path / "params.yaml", "sensor", {"trials": 3, "sampler": "grid", "pruner": "none",
+                                                        "space": {"finetune.lr": {"choices": [0.01, 0.03, 0.02]}}})
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    params["sensor"]["finetune"]["epochs"] = 2
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
+    (tmp_path / "data" / "prepared" / "sensor").mkdir(parents=True)  # the data the stage's MLflow run names
+    ranked = flow(lambda: tune(tunable, str(tmp_path / "params.yaml")), name="tiny-tune")()
+    assert all(isinstance(r, TrialRecord) for r in ranked)
+    assert [r.params["finetune.lr"] for r in ranked] == [0.03, 0.02, 0.01]
+    written = json.loads((tmp_path / "artifacts" / "sensor" / "tune" / "trials.json").read_text())
+    assert written == [r.model_dump() for r in ranked] and written[0]["value"] == pytest.approx(3.0)
+    assert {r["state"] for r in written} == {"complete"} and written[0]["epochs"] == 2
+    assert yaml.safe_load((tmp_path / "tuned" / "sensor.yaml").read_text()) == {"finetune.lr": 0.03}
