@@ -1,7 +1,7 @@
 """Inference cost of the sensor encoders (not a test): ours (CNN + TCN + transformer) and the recurrent baselines
 (RNN, GRU, LSTM) at ours' parameter count, each inside the same classifier (window-statistics branch, head), side by
 side in one run on one dataset's test windows. The cost does not depend on the weights, so the models are untrained;
-their test scores are in bench/results/sensor.json (`bench/sensor_benchmark.py --variants full rnn gru lstm`).
+their test scores are in bench/results/sensor.json (`bench/sensor_benchmark.py --variants defaults rnn gru lstm`).
 
     .venv/bin/python bench/encoder_cost.py [--dataset fd001] [--threads 1] [--rounds 15]
 
@@ -29,7 +29,7 @@ import sensor_benchmark  # noqa: E402
 from data.sensors.config import SensorDataConfig  # noqa: E402
 from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
-from models.sensor.config import SensorModelConfig  # noqa: E402
+from flows.params import load_params  # noqa: E402
 from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.network import SensorClassifier  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
@@ -39,9 +39,9 @@ BATCHES = (1, 1024)
 
 
 def models(channels: int, train_x: np.ndarray) -> dict[str, tuple[torch.nn.Module, int]]:
-    """name -> (classifier in eval mode, hidden size of its encoder): ours at the benchmark's size and each
+    """name -> (classifier in eval mode, hidden size of its encoder): ours at params.yaml's size and each
     recurrent kind with the parameter count nearest ours'."""
-    cfg = SensorModelConfig(**sensor_benchmark.MODEL)
+    cfg = load_params(ROOT / "params.yaml").sensor.model
     target = parameter_count(SensorEncoder(channels, cfg))
     out = {"ours": (SensorClassifier(channels, cfg).fit_statistics(train_x).eval(), cfg.hidden)}
     for kind in RECURRENT_KINDS:

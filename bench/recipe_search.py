@@ -84,7 +84,7 @@ def run_sensor(params, dataset: str, seed: int) -> dict:
     prepared = prepare_sensor_data(cfg)
     train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
     featurizer, x = bench.featurise(prepared, sensor.model)
-    members = bench.params_ensemble(sensor, x["train"], train.y, x["val"], val.y, x["unlabelled"], seed, cpu)
+    members, _ = bench.trained(sensor, x, {"train": train.y, "val": val.y}, seed, cpu)
     raw_val, _, _ = bench.ours_probabilities(members, x["val"], val, x["test"], False, cpu)
     p_val, p_test, _ = bench.ours_probabilities(members, x["val"], val, x["test"], True, cpu, sensor.calibrate.methods)
     val_metrics = classification_metrics(val.y, raw_val)

@@ -8,30 +8,24 @@ Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results a
 bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
 "<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
 
-Variants of ours: `full` (pretrained encoder, window-statistics branch, relative channels (each channel also against
-its unit's level over its first `reference_steps` rows, data/sensors/featurize.py), robust loss (GCE) + mixup,
-calibration chosen on validation; `ours_without_level`: the same members with no test unit's level known, what a
-unit without a reference in the service gets), `no_relative` (without relative channels, pretrained
-again), `no_pretraining`, `plain_ce` (binary cross entropy, nothing else for noise),
-`no_statistics` (without the window-statistics branch) and `no_calibration` (the full model's raw ensemble
-probability). Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per
-test unit (`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both classes), to see where a model fails.
-Recurrent baselines (`--variants ... rnn gru lstm`): an Elman RNN, GRU or LSTM encoder (models/sensor/recurrent.py)
-with the parameter count of ours, in the same classifier (statistics branch, head), recipe and calibration, not
-pretrained; their records and `ours_full`'s carry `encoder_parameters` and `ms_per_window` (one member, eager).
-Novelty (`--variants full novelty`): the departure-from-normal score of the pretrained encoder and its decoder
-(models/sensor/novelty.py), each unit against its first `reference_steps` rows, calibrated on validation: alone
-(`ours_novelty`), combined with `full` by the rule validation chooses (`ours_combined`, models/sensor/combination.py)
-or by a fixed rule (`ours_combined_stacker`, `ours_combined_max`), or by the rule validation chooses between
-`supervised` and `max` (`ours_combined_supervised_or_max`), and combined with every unit scored against the
-training fleet's normal (`ours_combined_fleet`).
-Mean teacher (`--variants full mean_teacher`): the full recipe with each member trained as a mean teacher
-(`ours_mean_teacher`, models/sensor/teacher.py), on the unlabelled windows too where the condition has them
-(`fd001_half_labelled`: FD001 with half of the training windows' labels withheld). Uncertainty weights
-(`--variants full uncertainty_weights`): the full recipe with `sampling: uncertainty` (inverse-frequency weights,
-positive windows weighed by the member's MC-dropout confidence; `ours_uncertainty_weights`). Defaults
-(`--variants defaults`): params.yaml's `sensor.model`, `.pretrain`, `.finetune` and `.calibrate` as a user gets them
-(`ours_defaults`), pretrained on the training windows only, as the pipeline does.
+The headline (`--variants defaults`) is params.yaml's detector as it is, `sensor.model`, `.pretrain`, `.finetune` and
+`.calibrate` as a user gets them, pretrained on the training windows as the pipeline does (`ours_defaults`); the same
+members give `ours_no_calibration` (the raw ensemble probability) and, with relative channels, `ours_without_level`
+(no test unit's level known: what a unit without a reference in the service gets). Novelty (`--variants novelty`):
+the departure-from-normal score of the pretrained encoder and its decoder (models/sensor/novelty.py), each unit
+against its first `reference_steps` rows, calibrated on validation: alone (`ours_novelty`), combined with the
+headline by the rule validation chooses (`ours_combined`, models/sensor/combination.py), by a fixed rule
+(`ours_combined_stacker`, `ours_combined_max`), by validation's choice of `supervised` or `max`
+(`ours_combined_supervised_or_max`), and with every unit scored against the training fleet's normal
+(`ours_combined_fleet`). Ablations, each params.yaml with one change of bench/recipes/sensor_ablations.yaml
+(`ours_<name>`): no_relative, no_pretraining, plain_ce, no_statistics, mean_teacher (on the unlabelled windows too
+where the condition has them: `fd001_half_labelled` withholds half of the training windows' labels) and
+uncertainty_weights. Recurrent encoders (`--variants rnn gru lstm`): an Elman RNN, GRU or LSTM encoder
+(models/sensor/recurrent.py) with the parameter count of ours in the same classifier, recipe and calibration, not
+pretrained; their records and the headline's carry `encoder_parameters` and `ms_per_window` (one member, eager).
+Baselines are uncalibrated, as in the anchors. Each method's record also holds its test PR-AUC per test unit
+(`per_unit_pr_auc`: SKAB run or CMAPSS engine, where it has both classes), to see where a model fails. Records
+of `ours_full` are the benchmark's former fixed recipe, kept as measured.
 """
 
 from __future__ import annotations
@@ -43,23 +37,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
+import yaml
 from sklearn.metrics import average_precision_score
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from data.sensors.config import SensorDataConfig  # noqa: E402
-from data.sensors.prepare import prepare_sensor_data  # noqa: E402
+from data.sensors.prepare import PreparedSensorData, prepare_sensor_data  # noqa: E402
 from data.sensors.sources import load_skab  # noqa: E402
-from flows.params import load_params  # noqa: E402
+from flows.params import load_params, with_overrides  # noqa: E402
 from models.calibration import calibrated_probability, choose_threshold, ensemble_probability, select_calibration  # noqa: E402
 from models.metrics import classification_metrics  # noqa: E402
 from models.sensor.baselines import fit_hist_gradient_boosting, fit_minirocket  # noqa: E402
-from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, SensorPretrainConfig  # noqa: E402
+from models.sensor.config import SensorModelConfig  # noqa: E402
 from models.sensor.encoder import SensorEncoder  # noqa: E402
 from models.sensor.recurrent import RECURRENT_KINDS, RecurrentEncoder, matched_hidden, parameter_count  # noqa: E402
 from models.sensor.network import SensorClassifier  # noqa: E402
@@ -96,22 +92,47 @@ SKAB_FAULT_TYPES = {
     "cavitation": ["other/12", "other/13"],
     "hot_water": ["other/14"],
 }
-# statistics_bins: the window-statistics branch (piecewise-linear encoded, models/piecewise.py); why:
-# docs/sensor.md, "SKAB". The `no_statistics` variant is the same model without it.
-MODEL = dict(hidden=32, layers=3, kernel_size=3, dropout=0.1, attention_layers=1, heads=2, statistics_bins=16)
-PRETRAIN = dict(epochs=3, batch_size=256, lr=0.001)
-# Robust recipe: generalized cross entropy (q = 0.3) + time-series mixup. No small-loss curriculum: on clean
-# FD001 dropping the 10 % largest losses throws away the hard windows near the 30-cycle boundary and cost
-# 4 points of PR-AUC (0.976 -> 0.935, seed 0); see docs/sensor.md for the measurements behind this choice.
-ROBUST = dict(loss={"terms": {"gce": 1.0}, "gce_q": 0.3}, mixup_alpha=0.2, small_loss_drop=0.0, small_loss_warmup=3)
-# lr 5e-4 with 20 epochs and patience 4: at 2e-3 the validation PR-AUC jumped by up to 0.1 between epochs
-# and members stopped after their second epoch.
-FINETUNE = dict(epochs=20, batch_size=128, lr=0.0005, patience=4, ensemble_size=3, checkpoint=False)
-PLAIN = dict(loss={"terms": {"bce": 1.0}}, mixup_alpha=0.0, small_loss_drop=0.0)
-# The `mean_teacher` variant: the robust recipe, each member trained as a mean teacher (params.yaml's settings)
-MEAN_TEACHER = dict(mean_teacher={"enabled": True})
-TARGET_PRECISION = 0.8
+ABLATIONS = ROOT / "bench" / "recipes" / "sensor_ablations.yaml"
+MINIROCKET_C_GRID = [1e-4, 1e-3, 1e-2, 1e-1, 1.0]  # the reference's grid (../shared/ANCHORS.md)
+TARGET_PRECISION = load_params(ROOT / "params.yaml").sensor.calibrate.target_precision  # the alert threshold's
 FIXED_RULES = ("stacker", "max")  # ablations: the combination rule fixed instead of chosen on validation
+
+
+def ablations() -> dict[str, dict]:
+    """bench/recipes/sensor_ablations.yaml: name -> {description, sets: dotted keys under params.yaml's `sensor`}."""
+    return yaml.safe_load(ABLATIONS.read_text())
+
+
+@dataclass
+class Condition:
+    """One benchmark condition (dataset, flip, seed): its prepared windows, their featurisations (cached per
+    featurisation setting) and where to train."""
+
+    name: str
+    prepared: PreparedSensorData
+    seed: int
+    device: torch.device
+    cache: dict = field(default_factory=dict)
+
+    def split(self, name: str):
+        return self.prepared.windows[name]
+
+    @property
+    def labels(self) -> dict[str, np.ndarray]:
+        return {split: self.split(split).y for split in ("train", "val")}
+
+    def featurised(self, model: SensorModelConfig) -> dict[str, np.ndarray]:
+        """Each split's windows (and the training windows without a label, `unlabelled`) featurised as `model` says;
+        with relative channels also `test_without_level`: no test unit's level known."""
+        key = (model.relative_channels, model.level_dropout)
+        if key not in self.cache:
+            featurizer, self.cache[key] = featurise(self.prepared, model)
+            if model.relative_channels:
+                self.cache[key]["test_without_level"] = featurizer.transform(self.split("test").X)
+        return self.cache[key]
+
+    def log(self, what: str, result: dict) -> None:
+        print(f"[{self.name}] {what} {result}", flush=True)
 
 
 def scores_on_test(test, p_test: np.ndarray, threshold: float) -> dict:
@@ -130,21 +151,28 @@ def featurise(prepared, model: SensorModelConfig) -> tuple:
         "train", "unlabelled") else 0.0) for split in ("train", "val", "test", "unlabelled")}
 
 
-def ensemble(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, device, make_encoder=None,
-             unlabelled_x=None) -> list:
-    return [finetune_member(train_x, train_y, val_x, val_y, model_cfg, cfg, encoder_state, cfg.seed + i, device,
-                            make_encoder=make_encoder, unlabelled_x=unlabelled_x)[0] for i in range(cfg.ensemble_size)]
+def pretrained(sensor, x: dict[str, np.ndarray], seed: int, device) -> tuple | None:
+    """The encoder and its reconstruction decoder pretrained as the pipeline does, on the training windows labelled or
+    not (x: `train`, `unlabelled`), or None where `sensor` (a params.yaml sensor section) does not pretrain."""
+    if not (sensor.pretrain.enabled and sensor.finetune.use_pretrained):
+        return None
+    cfg = sensor.pretrain.model_copy(update={"seed": seed})
+    encoder, decoder, _ = pretrain_encoder(np.concatenate([x["train"], x["unlabelled"]]), sensor.model, cfg, device)
+    return encoder, decoder
 
 
-def params_ensemble(sensor, train_x, train_y, val_x, val_y, unlabelled_x, seed: int, device) -> list:
-    """The pipeline's ensemble with `sensor` (a params.yaml sensor section): pretrained on the training and unlabelled
-    windows where it pretrains, then `ensemble_size` members."""
-    state = None
-    if sensor.pretrain.enabled and sensor.finetune.use_pretrained:
-        cfg_pre = sensor.pretrain.model_copy(update={"seed": seed})
-        state = pretrain_encoder(np.concatenate([train_x, unlabelled_x]), sensor.model, cfg_pre, device)[0].state_dict()
+def trained(sensor, x: dict[str, np.ndarray], y: dict[str, np.ndarray], seed: int, device,
+            make_encoder=None) -> tuple[list, tuple | None]:
+    """The pipeline's ensemble with `sensor` on featurised windows x (`train`, `val`, `unlabelled`) and labels y
+    (`train`, `val`): pretrained where `sensor` pretrains (not with a `make_encoder` of another kind), then
+    `ensemble_size` members. Returns the members and the pretrained (encoder, decoder) or None."""
+    pretraining = None if make_encoder else pretrained(sensor, x, seed, device)
+    state = pretraining[0].state_dict() if pretraining else None
     cfg = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
-    return ensemble(train_x, train_y, val_x, val_y, sensor.model, cfg, state, device, unlabelled_x=unlabelled_x)
+    members = [finetune_member(x["train"], y["train"], x["val"], y["val"], sensor.model, cfg, state, seed + i, device,
+                               make_encoder=make_encoder, unlabelled_x=x["unlabelled"])[0]
+               for i in range(cfg.ensemble_size)]
+    return members, pretraining
 
 
 def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device,
@@ -156,7 +184,7 @@ def ours_probabilities(members, val_x, val, test_x, calibrate: bool, device,
     if calibrate:
         calibration, cv_nll = select_calibration(logits_val, val.y, val.unit, list(methods))
         p_val, p_test = calibrated_probability(logits_val, calibration), calibrated_probability(logits_test, calibration)
-        return p_val, p_test, {"calibration": calibration["method"], "cv_nll": cv_nll}
+        return p_val, p_test, {"calibration": calibration.method, "cv_nll": cv_nll}
     return ensemble_probability(logits_val), ensemble_probability(logits_test), {}
 
 
@@ -225,151 +253,109 @@ def skab_fault_type_config(group: str, flip: float, seed: int, folder: Path) -> 
     return SensorDataConfig(source="file", path=path, split="column", **skab, train_label_flip_rate=flip, seed=seed)
 
 
-def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int,
-                  cfg: SensorDataConfig | None = None) -> dict:
-    """`dataset`'s DATASETS entry, or `cfg` when given (the fault-type protocol), with `variants` of ours."""
-    device = torch.device("cpu")
-    cfg = cfg or SensorDataConfig(**DATASETS[dataset], train_label_flip_rate=flip, seed=seed)
-    prepared = prepare_sensor_data(cfg)
-    train, val, test = (prepared.windows[k] for k in ("train", "val", "test"))
-    out = {"dataset": dataset, "flip": flip, "seed": seed, "windows": prepared.report["windows"],
-           "positives": prepared.report["positives"], "channels": prepared.channels}
-    timings = {}
-
+def baselines(c: Condition, rocket_features: int, timings: dict) -> dict:
+    """HistGradientBoosting on window summaries and (rocket_features > 0) MiniRocket, uncalibrated as in the anchors."""
+    train, val, test = (c.split(k) for k in ("train", "val", "test"))
     t = time.time()
-    hgb = fit_hist_gradient_boosting(train.X, train.y, seed)
-    p_val, p_test = hgb(val.X), hgb(test.X)
-    out["hist_gradient_boosting"] = scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION))
+    hgb = fit_hist_gradient_boosting(train.X, train.y, c.seed)
+    out = {"hist_gradient_boosting": scores_on_test(test, hgb(test.X), choose_threshold(val.y, hgb(val.X),
+                                                                                          TARGET_PRECISION))}
     timings["hist_gradient_boosting"] = time.time() - t
-    print(f"[{dataset} flip {flip} seed {seed}] HGB {out['hist_gradient_boosting']}", flush=True)
-
+    c.log("HGB", out["hist_gradient_boosting"])
     if rocket_features:
         t = time.time()
         rocket, info = fit_minirocket(train.X, train.y, train.unit, n_features=rocket_features,
-                                      c_grid=[1e-4, 1e-3, 1e-2, 1e-1, 1.0], folds=3, seed=seed)
-        p_val, p_test = rocket(val.X), rocket(test.X)
-        out["minirocket"] = {**scores_on_test(test, p_test, choose_threshold(val.y, p_val, TARGET_PRECISION)),
+                                      c_grid=MINIROCKET_C_GRID, folds=3, seed=c.seed)
+        out["minirocket"] = {**scores_on_test(test, rocket(test.X), choose_threshold(val.y, rocket(val.X),
+                                                                                     TARGET_PRECISION)),
                              "C": info["C"]}
         timings["minirocket"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] MiniRocket {out['minirocket']}", flush=True)
+        c.log("MiniRocket", out["minirocket"])
+    return out
 
-    cache: dict[tuple[bool, float], dict[str, np.ndarray]] = {}
 
-    def featurised(model: SensorModelConfig) -> dict[str, np.ndarray]:
-        """Each split's windows (and the training windows without a label, `unlabelled`) featurised as `model` says;
-        with relative channels also `test_without_level`: no test unit's level known."""
-        key = (model.relative_channels, model.level_dropout)
-        if key not in cache:
-            featurizer, cache[key] = featurise(prepared, model)
-            if model.relative_channels:
-                cache[key]["test_without_level"] = featurizer.transform(test.X)
-        return cache[key]
+def headline(c: Condition, sensor, novelty: bool, timings: dict) -> dict:
+    """params.yaml's detector as it is (`ours_defaults`), its raw ensemble probability (`ours_no_calibration`), its
+    answer with no test unit's level known (`ours_without_level`) and, with `novelty`, the novelty score alone and
+    combined with it (`ours_novelty`, `ours_combined*`)."""
+    t = time.time()
+    x, val, test = c.featurised(sensor.model), c.split("val"), c.split("test")
+    members, pretraining = trained(sensor, x, c.labels, c.seed, c.device)
 
-    model_cfg = SensorModelConfig(**MODEL)
-    x = featurised(model_cfg)
-    train_x, val_x, test_x, unlabelled_x = (x[k] for k in ("train", "val", "test", "unlabelled"))
-    torch.manual_seed(seed)
-    encoder_state = None
-    if {"full", "no_calibration", "plain_ce", "no_statistics", "novelty", "mean_teacher",
-         "uncertainty_weights"} & set(variants):
+    def evaluate(test_x: np.ndarray, calibrate: bool) -> dict:
+        return evaluate_ours(members, x["val"], val, test_x, test, calibrate, c.device, sensor.calibrate.methods)
+
+    out = {"ours_defaults": {**evaluate(x["test"], True), "encoder_parameters": parameter_count(members[0].encoder),
+                             "ms_per_window": ms_per_window(members[0], x["test"], c.device)},
+           "ours_no_calibration": evaluate(x["test"], False)}
+    if "test_without_level" in x:
+        out["ours_without_level"] = evaluate(x["test_without_level"], True)
+    timings["ours_defaults"] = time.time() - t
+    c.log("ours (params.yaml)", out["ours_defaults"])
+    if novelty:
+        if pretraining is None:
+            raise SystemExit("the novelty variants need the pretrained encoder: params.yaml's sensor.pretrain is off")
         t = time.time()
-        unlabelled = np.concatenate([train_x, unlabelled_x, val_x])  # never test windows
-        encoder, decoder, _ = pretrain_encoder(unlabelled, model_cfg, SensorPretrainConfig(**PRETRAIN, seed=seed),
-                                               device)
-        encoder_state = encoder.state_dict()
-        timings["pretrain"] = time.time() - t
-    robust = SensorFinetuneConfig(**FINETUNE, **ROBUST, seed=seed)
-    if {"full", "no_calibration", "novelty"} & set(variants):
-        t = time.time()
-        members = members_full = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, encoder_state, device)
-        out["ours_full"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        out["ours_no_calibration"] = evaluate_ours(members, val_x, val, test_x, test, False, device)
-        if "test_without_level" in x:
-            out["ours_without_level"] = evaluate_ours(members, val_x, val, x["test_without_level"], test, True, device)
-        timings["ours_full"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] ours {out['ours_full']}", flush=True)
-    if "novelty" in variants:
-        t = time.time()
-        scorer = NoveltyScorer(encoder, decoder, train_x.shape[1] // 2, MASK_SPAN)
-        out.update(novelty_variants(members_full, scorer, {"train": train_x, "val": val_x, "test": test_x},
-                                    {"train": train, "val": val, "test": test}, prepared.report["reference_windows"],
-                                    device))
+        scorer = NoveltyScorer(*pretraining, x["train"].shape[1] // 2, MASK_SPAN)
+        windows = {split: c.split(split) for split in ("train", "val", "test")}
+        combined = novelty_variants(members, scorer, x, windows, c.prepared.report["reference_windows"], c.device)
         timings["ours_novelty"] = time.time() - t
-        for key in [k for k in out if k.startswith(("ours_novelty", "ours_combined"))]:
-            print(f"[{dataset} flip {flip} seed {seed}] {key} {out[key]}", flush=True)
-    if "mean_teacher" in variants:
-        t = time.time()
-        teacher = SensorFinetuneConfig(**FINETUNE, **ROBUST, **MEAN_TEACHER, seed=seed)
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, teacher, encoder_state, device,
-                           unlabelled_x=unlabelled_x)
-        out["ours_mean_teacher"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        timings["ours_mean_teacher"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] mean teacher {out['ours_mean_teacher']}", flush=True)
-    if "uncertainty_weights" in variants:
-        t = time.time()
-        weighted = SensorFinetuneConfig(**FINETUNE, **ROBUST, sampling="uncertainty", seed=seed)
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, weighted, encoder_state, device)
-        out["ours_uncertainty_weights"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        timings["ours_uncertainty_weights"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] uncertainty weights {out['ours_uncertainty_weights']}", flush=True)
-    if "defaults" in variants:  # params.yaml's sensor.model, .pretrain, .finetune and .calibrate as they are
-        t = time.time()
-        sensor = load_params(ROOT / "params.yaml").sensor
-        d = featurised(sensor.model)
-        members = params_ensemble(sensor, d["train"], train.y, d["val"], val.y, d["unlabelled"], seed, device)
-        out["ours_defaults"] = evaluate_ours(members, d["val"], val, d["test"], test, True, device,
-                                             sensor.calibrate.methods)
-        timings["ours_defaults"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] defaults {out['ours_defaults']}", flush=True)
-    if "no_relative" in variants:
-        t = time.time()
-        plain_cfg = SensorModelConfig(**{**MODEL, "relative_channels": False})
-        p = featurised(plain_cfg)
-        encoder_plain = pretrain_encoder(np.concatenate([p["train"], p["unlabelled"], p["val"]]), plain_cfg,
-                                         SensorPretrainConfig(**PRETRAIN, seed=seed), device)[0]
-        members = ensemble(p["train"], train.y, p["val"], val.y, plain_cfg, robust, encoder_plain.state_dict(), device)
-        out["ours_no_relative"] = evaluate_ours(members, p["val"], val, p["test"], test, True, device)
-        timings["ours_no_relative"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] no relative channels {out['ours_no_relative']}", flush=True)
-    if "no_pretraining" in variants:
-        t = time.time()
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device)
-        out["ours_no_pretraining"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        timings["ours_no_pretraining"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] no pretraining {out['ours_no_pretraining']}", flush=True)
-    if "no_statistics" in variants:
-        t = time.time()
-        bare = SensorModelConfig(**{**MODEL, "statistics_bins": 0})
-        members = ensemble(train_x, train.y, val_x, val.y, bare, robust, encoder_state, device)
-        out["ours_no_statistics"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        timings["ours_no_statistics"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] no statistics {out['ours_no_statistics']}", flush=True)
-    if "plain_ce" in variants:
-        t = time.time()
-        plain = SensorFinetuneConfig(**{**FINETUNE, **ROBUST, **PLAIN}, seed=seed)
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, plain, encoder_state, device)
-        out["ours_plain_ce"] = evaluate_ours(members, val_x, val, test_x, test, True, device)
-        timings["ours_plain_ce"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] plain CE {out['ours_plain_ce']}", flush=True)
+        for key, result in combined.items():
+            c.log(key, result)
+        out.update(combined)
+    return out
+
+
+def ablation(c: Condition, params, name: str, sets: dict, timings: dict) -> dict:
+    """params.yaml's detector with ablation `name`'s dotted keys `sets` under `sensor` (`ours_<name>`)."""
+    t = time.time()
+    sensor = with_overrides(params, {f"sensor.{key}": value for key, value in sets.items()}).sensor
+    x = c.featurised(sensor.model)
+    members, _ = trained(sensor, x, c.labels, c.seed, c.device)
+    result = evaluate_ours(members, x["val"], c.split("val"), x["test"], c.split("test"), True, c.device,
+                           sensor.calibrate.methods)
+    timings[f"ours_{name}"] = time.time() - t
+    c.log(name, result)
+    return {f"ours_{name}": result}
+
+
+def recurrent(c: Condition, sensor, kind: str, timings: dict) -> dict:
+    """params.yaml's detector with a recurrent encoder of `kind` (as many parameters as ours, not pretrained) in the
+    same classifier, recipe and calibration (`recurrent_<kind>`), and both encoders' inference time."""
+    t = time.time()
+    x = c.featurised(sensor.model)
+    channels = x["train"].shape[1]
+    ours_size = parameter_count(SensorEncoder(channels, sensor.model))
+    hidden = matched_hidden(kind, channels, ours_size)
+    members, _ = trained(sensor, x, c.labels, c.seed, c.device, lambda n: RecurrentEncoder(n, kind, hidden))
+    ours = SensorClassifier(channels, sensor.model).fit_statistics(x["train"])  # untrained: the cost is the same
+    result = {**evaluate_ours(members, x["val"], c.split("val"), x["test"], c.split("test"), True, c.device,
+                              sensor.calibrate.methods),
+              "hidden": hidden, "encoder_parameters": parameter_count(members[0].encoder),
+              "ours_encoder_parameters": ours_size, "ms_per_window": ms_per_window(members[0], x["test"], c.device),
+              "ours_ms_per_window": ms_per_window(ours, x["test"], c.device)}
+    timings[f"recurrent_{kind}"] = time.time() - t
+    c.log(kind, result)
+    return {f"recurrent_{kind}": result}
+
+
+def run_condition(dataset: str, flip: float, seed: int, variants: list[str], rocket_features: int,
+                  cfg: SensorDataConfig | None = None) -> dict:
+    """`dataset`'s DATASETS entry, or `cfg` when given (the fault-type protocol): the baselines, params.yaml's
+    detector (`defaults`, `novelty`), and the ablations and recurrent encoders among `variants`."""
+    cfg = cfg or SensorDataConfig(**DATASETS[dataset], train_label_flip_rate=flip, seed=seed)
+    c = Condition(f"{dataset} flip {flip} seed {seed}", prepare_sensor_data(cfg), seed, torch.device("cpu"))
+    params, report, timings = load_params(ROOT / "params.yaml"), c.prepared.report, {}
+    out = {"dataset": dataset, "flip": flip, "seed": seed, "windows": report["windows"],
+           "positives": report["positives"], "channels": c.prepared.channels,
+           **baselines(c, rocket_features, timings)}
+    if {"defaults", "novelty"} & set(variants):
+        out.update(headline(c, params.sensor, "novelty" in variants, timings))
+    recipes = ablations()
+    for name in [v for v in variants if v in recipes]:
+        out.update(ablation(c, params, name, recipes[name]["sets"], timings))
     for kind in [v for v in variants if v in RECURRENT_KINDS]:
-        t = time.time()
-        ours_size = parameter_count(SensorEncoder(train_x.shape[1], model_cfg))
-        hidden = matched_hidden(kind, train_x.shape[1], ours_size)
-        members = ensemble(train_x, train.y, val_x, val.y, model_cfg, robust, None, device,
-                           lambda channels: RecurrentEncoder(channels, kind, hidden))
-        out[f"recurrent_{kind}"] = {**evaluate_ours(members, val_x, val, test_x, test, True, device),
-                                    "hidden": hidden, "encoder_parameters": parameter_count(members[0].encoder),
-                                    "ours_encoder_parameters": ours_size,
-                                    "ms_per_window": ms_per_window(members[0], test_x, device),
-                                    # ours at its default size, untrained (the cost does not depend on the weights)
-                                    "ours_ms_per_window": ms_per_window(
-                                        SensorClassifier(train_x.shape[1], model_cfg).fit_statistics(train_x), test_x,
-                                        device)}
-        timings[f"recurrent_{kind}"] = time.time() - t
-        print(f"[{dataset} flip {flip} seed {seed}] {kind} {out[f'recurrent_{kind}']}", flush=True)
-    if "ours_full" in out:
-        out["ours_full"]["encoder_parameters"] = parameter_count(members_full[0].encoder)
-        out["ours_full"]["ms_per_window"] = ms_per_window(members_full[0], test_x, device)
+        out.update(recurrent(c, params.sensor, kind, timings))
     out["seconds"] = {k: round(v, 1) for k, v in timings.items()}
     return out
 
@@ -406,9 +392,9 @@ def merge(key: str, result: dict) -> None:
     RESULTS.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
 
 
-COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_full", "ours, full recipe"),
-           ("ours_without_level", "ours, no test unit's level"), ("ours_no_relative", "ours, no relative channels"),
-           ("ours_defaults", "ours, params.yaml defaults"),
+COLUMNS = [("hist_gradient_boosting", "HGB"), ("minirocket", "MiniRocket"), ("ours_defaults", "ours (params.yaml)"),
+           ("ours_full", "ours, former benchmark recipe"), ("ours_without_level", "ours, no test unit's level"),
+           ("ours_no_relative", "ours, no relative channels"),
            ("ours_no_pretraining", "ours, no pretraining"), ("ours_plain_ce", "ours, plain CE"),
            ("ours_no_calibration", "ours, no calibration"), ("ours_no_statistics", "ours, no statistics"),
            ("ours_mean_teacher", "ours, mean teacher"), ("ours_uncertainty_weights", "ours, uncertainty weights"),
@@ -445,16 +431,12 @@ def main() -> None:
     parser.add_argument("--datasets", nargs="+", default=["fd001"], choices=sorted(DATASETS))
     parser.add_argument("--flips", nargs="+", type=float, default=[0.0, 0.2])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--variants", nargs="+", default=["full", "no_pretraining", "plain_ce", "no_statistics"],
-                        choices=["full", "defaults", "no_relative", "no_pretraining", "plain_ce", "no_statistics", "novelty",
-                                 "mean_teacher", "uncertainty_weights", *RECURRENT_KINDS],
-                        help="rnn | gru | lstm: recurrent baselines, the same recipe and head with a recurrent encoder "
-                             "of as many parameters as ours, no pretraining; novelty: the departure-from-normal score "
-                             "of the pretrained encoder, alone and combined with ours (models/sensor/novelty.py); "
-                             "mean_teacher: the full recipe trained as mean teachers (models/sensor/teacher.py); "
-                             "uncertainty_weights: the full recipe with sampling=uncertainty (models/sensor/sampling.py); "
-                             "no_relative: the full recipe without relative channels (pretrained again); "
-                             "defaults: params.yaml's sensor model, pretraining, fine-tuning and calibration as they are")
+    parser.add_argument("--variants", nargs="+", default=["defaults", "no_pretraining", "plain_ce", "no_statistics"],
+                        choices=["defaults", "novelty", *ablations(), *RECURRENT_KINDS],
+                        help="defaults: params.yaml's detector as it is (the headline); novelty: the departure-from-"
+                             "normal score, alone and combined with it; each ablation of "
+                             "bench/recipes/sensor_ablations.yaml; rnn | gru | lstm: a recurrent encoder of as many "
+                             "parameters in its place, not pretrained")
     parser.add_argument("--protocol", choices=["standard", "fault_type"], default="standard",
                         help="fault_type: SKAB, each fault type of --groups held out in turn as test (--datasets unused)")
     parser.add_argument("--groups", nargs="+", default=list(SKAB_FAULT_TYPES), choices=list(SKAB_FAULT_TYPES))
