@@ -41,14 +41,13 @@ sys.path.insert(0, str(PROJECT / "bench"))
 import molecule_benchmark  # noqa: E402
 import sensor_benchmark  # noqa: E402
 from data.sensors.config import SensorDataConfig  # noqa: E402
-from data.sensors.featurize import WindowFeaturizer  # noqa: E402
 from data.sensors.prepare import prepare_sensor_data  # noqa: E402
 from flows.params import load_params  # noqa: E402
 from models.calibration import choose_threshold, fit_interval_scale, fit_temperature  # noqa: E402
 from models.mc_dropout import mc_dropout_passes, pass_outputs  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
 from models.molecule.training import fixed_mask_members, predict_raw  # noqa: E402
-from models.sensor.training import finetune_member as sensor_member, predict_logits, pretrain_encoder  # noqa: E402
+from models.sensor.training import predict_logits  # noqa: E402
 from models.sensor.training import fixed_mask_members as sensor_fixed_mask_members  # noqa: E402
 from models.uncertainty_quality import classification_uncertainty_quality, regression_uncertainty_quality  # noqa: E402
 
@@ -99,19 +98,10 @@ def sensor_condition(params, dataset: str, flip: float, seed: int, passes: int) 
     sensor = params.sensor
     prepared = prepare_sensor_data(SensorDataConfig(**sensor_benchmark.DATASETS[dataset], train_label_flip_rate=flip,
                                                     seed=seed))
-    windows = {s: prepared.windows[s] for s in ("train", *SPLITS)}
-    featurizer = WindowFeaturizer(prepared.channels).fit(windows["train"].X)
-    x = {s: featurizer.transform(w.X) for s, w in windows.items()}
-    y = {s: w.y for s, w in windows.items()}
+    _, x = sensor_benchmark.featurise(prepared, sensor.model)  # as the pipeline featurises (relative channels)
+    y = {s: prepared.windows[s].y for s in ("train", *SPLITS)}
     t = time.time()
-    torch.manual_seed(seed)
-    encoder_state = None
-    if sensor.pretrain.enabled and sensor.finetune.use_pretrained:  # training windows only, as the pipeline
-        encoder, _, _ = pretrain_encoder(x["train"], sensor.model, sensor.pretrain.model_copy(update={"seed": seed}), CPU)
-        encoder_state = encoder.state_dict()
-    cfg = sensor.finetune.model_copy(update={"seed": seed, "checkpoint": False})
-    members = [sensor_member(x["train"], y["train"], x["val"], y["val"], sensor.model, cfg, encoder_state, seed + i,
-                             CPU)[0] for i in range(cfg.ensemble_size)]
+    members, _ = sensor_benchmark.trained(sensor, x, y, seed, CPU)  # pretrained on the training windows, as the pipeline
     trained = time.time() - t
     by_method = samples(lambda m, s, dropout: predict_logits(m, x[s], CPU, dropout=dropout), members, passes, seed)
     masked = sensor_fixed_mask_members(members, passes, seed, x["val"][:8])
