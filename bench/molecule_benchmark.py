@@ -11,7 +11,7 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
     .venv/bin/python bench/molecule_benchmark.py --variants fused_pre --extra-smiles data/corpus/moses_50000.csv \
         --out bench/results/molecule_moses50k.json                      # pretraining on a corpus (`make corpus`)
 
-chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/molecule.md.
+chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/reference/benchmarks.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
 gets them, the same for every dataset (bench/recipe_search.py molecule chose them by validation across both), then the
 flags; a variant changes one thing (views, pretraining, descriptors).
@@ -205,7 +205,7 @@ def summarise(runs: list[dict]) -> dict:
 
 
 def markdown_table(report: dict) -> str:
-    """The docs/molecule.md table: per dataset and method, the test metric (mean +- sd over seeds) and seconds."""
+    """A markdown table: per dataset and method, the test metric (mean +- sd over seeds) and seconds."""
     lines = ["| dataset | method | test metric | seeds | seconds per run |", "|---|---|---|---|---|"]
     for name, entry in report.get("datasets", {}).items():
         metric = "rmse" if entry["task"] == "regression" else "roc_auc"
@@ -230,7 +230,7 @@ def main() -> None:
                              "validation and test molecules are removed from it)")
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
-                        "docs/molecule.md); '' to skip")
+                        "docs/reference/benchmarks.md); '' to skip")
     parser.add_argument("--chemprop-epochs", type=int, default=None, help="default: chemprop's own (50)")
     parser.add_argument("--chemprop-descriptors", action="store_true",
                         help="also chemprop with our descriptors as extra inputs (method chemprop_descriptors)")

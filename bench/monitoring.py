@@ -1,4 +1,4 @@
-"""Benchmark of the monitor on the drift scenario (not a test; flows/monitoring/scenario.py, docs/monitoring.md):
+"""Benchmark of the monitor on the drift scenario (not a test; flows/monitoring/scenario.py, docs/how-to/monitor.md):
 
 1. a logistic sensor ensemble trained on a plant's reference fleet is registered with its training reference;
 2. a drifted fleet of the same plant streams windows through it into a prediction store, outcomes following;

@@ -6,7 +6,7 @@ flipped training labels, plus ablations, on CMAPSS FD001 (the ../shared/ANCHORS.
 
 Runs in-process with the pipeline's own functions (no Prefect/MLflow). Results are merged into
 bench/results/sensor.json after every condition (so a partial run keeps what it finished), keyed
-"<dataset>/flip<rate>/seed<seed>"; `--table` prints the markdown table of docs/sensor.md from it.
+"<dataset>/flip<rate>/seed<seed>"; `--table` prints a markdown table from it.
 
 The headline (`--variants defaults`) is params.yaml's detector as it is, `sensor.model`, `.pretrain`, `.finetune` and
 `.calibrate` as a user gets them, pretrained on the training windows as the pipeline does (`ours_defaults`); the same
@@ -73,7 +73,7 @@ DATASETS = {
     # SKAB: each run is a unit; a window is positive when its last row is labelled anomalous (horizon 0). SKAB
     # labels intervals during which an induced fault is active (one per run, ~35 % of rows), not failures to
     # forecast: with a look-ahead of 8 the only extra positives are the 8 rows before each induced onset, which
-    # the sensors cannot announce. See docs/sensor.md, "SKAB".
+    # the sensors cannot announce. See docs/reference/benchmarks.md.
     # FD001 with half of the training windows' labels withheld (seeded): the semi-supervised condition
     "fd001_half_labelled": dict(source="cmapss", path=SHARED / "cmapss_fd001" / "train_FD001.txt.gz", window=30,
                                 stride=1, horizon=30, split="unit", unit_order="sorted", drop_constant=True,
@@ -81,7 +81,7 @@ DATASETS = {
     "skab": dict(source="skab", path=SHARED / "skab", window=32, stride=4, horizon=0, split="unit",
                  unit_order="shuffled", drop_constant=True, val_fraction=0.2, test_fraction=0.2),
 }
-# SKAB grouped by fault type (docs/sensor.md, "SKAB by fault type"): `--protocol fault_type` holds each group out in
+# SKAB grouped by fault type (docs/reference/benchmarks.md): `--protocol fault_type` holds each group out in
 # turn as the test split; validation is a seeded fifth of the other groups' runs, so nothing chooses by the held-out kind.
 SKAB_FAULT_TYPES = {
     "valve1": [f"valve1/{i}" for i in range(16)],           # the valve at the pump's inlet closed
