@@ -42,11 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.serving import FALLBACK_SMILES, RESULTS, Kind, drive, free_port  # noqa: E402
 from contract.prediction_store import engine_for, predictions  # noqa: E402
+from serving.families.sensor import SensorItems  # noqa: E402
+from serving.family import family_class  # noqa: E402
 from serving.loading import LoadedModel  # noqa: E402
 from serving.log_rows import rows_of  # noqa: E402
 from serving.log_writer import LINGER_S, StoreWriter  # noqa: E402
 from serving.metrics import ServiceMetrics  # noqa: E402
 from serving.prediction_log import PredictionLog  # noqa: E402
+from serving.settings import ServingSettings  # noqa: E402
 
 MODES = ("off", "on", "shadow")
 GROUP = 50  # predictions per transaction in the in-process measurement: about half a second at 100 requests/s
@@ -127,13 +130,17 @@ def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
     payloads = bodies(model)
     windows = [np.array(body["windows"], dtype=np.float32) for body in payloads] if model["family"] == "sensor" else []
 
+    family = family_class(model["family"])(ServingSettings(prediction_store=f"sqlite:///{scratch}/units.db"),
+                                           ServiceMetrics())
+
     def record(i: int) -> None:
         if model["family"] == "sensor":
             answers = [{"failure_probability": 0.25, "alert": False, "uncertainty": 0.01}]
-            log.record_windows(windows[i % len(windows)], answers, served, [f"unit-{i % 8}"], [float(i)])
+            log.record(family, SensorItems(windows[i % len(windows)], [f"unit-{i % 8}"], [float(i)]), answers, served)
         else:
             smiles = payloads[i % len(payloads)]["smiles"][0]
-            log.record_smiles([{"smiles": smiles, "canonical_smiles": smiles, "value": 1.0, "uncertainty": 0.1}], served)
+            log.record(family, [smiles], [{"smiles": smiles, "canonical_smiles": smiles, "value": 1.0,
+                                           "uncertainty": 0.1}], served)
 
     record(-1)
     writer.flush(timeout_s=60)  # the writer process has started and written once

@@ -13,6 +13,7 @@ import getpass
 import json
 import os
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,9 +66,10 @@ class RegistrySettings:
         return public_key_path(self.signing_key)
 
     @classmethod
-    def from_params(cls, params_file: str | Path) -> "RegistrySettings":
-        """Read `tracking` and `<family>.registry.model_name` of a params file; relative paths are relative to
-        its folder. Nothing else in the file is read."""
+    def from_params(cls, params_file: str | Path, families: Sequence[str] = FAMILIES) -> "RegistrySettings":
+        """Read `tracking` and each family's `<family>.registry.model_name` of a params file (default: the
+        family's name in DEFAULT_MODEL_NAMES, else the family's own name); relative paths are relative to its
+        folder. Nothing else in the file is read."""
         path = Path(params_file)
         try:
             params = yaml.safe_load(path.read_text()) or {}
@@ -75,8 +77,8 @@ class RegistrySettings:
             raise RegistryStoreError(f"cannot read {path}: {error}") from None
         root = path.resolve().parent
         tracking = params.get("tracking") or {}
-        names = {family: ((params.get(family) or {}).get("registry") or {}).get("model_name", DEFAULT_MODEL_NAMES[family])
-                 for family in FAMILIES}
+        names = {family: ((params.get(family) or {}).get("registry") or {}).get(
+            "model_name", DEFAULT_MODEL_NAMES.get(family, family)) for family in families}
         return cls(tracking_uri=resolve_tracking_uri(tracking.get("uri", DEFAULT_TRACKING_URI), root),
                    model_names=names, signing_key=root / tracking.get("signing_key", DEFAULT_SIGNING_KEY))
 

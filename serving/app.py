@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import signal
@@ -13,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
@@ -21,39 +22,34 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
-from contract.prediction_store import engine_for, resolve_url
-from contract.registry import CHALLENGER, RegistrySettings
+from contract.registry import CHALLENGER, CHAMPION, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
 from serving.auth import api_key_guard
 from serving.batching import BatcherClosed, MixedAnswer
 from serving.deadline import ClientGone, DeadlineExceeded, within_deadline
-from serving.depict import Depicter, DepictionBroken
-from serving.errors import BODY_ERRORS, error_responses
-from serving.featurizing import FeaturizerBroken
+from serving.errors import BODY_ERRORS, NotReady, RetryLater, error_responses
+from serving.family import ServedFamily, family_class
 from serving.feedback import feedback_router
-from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
+from serving.inputs import BadInput
 from serving.limits import BodySizeLimit
 from serving.loading import LoadedModel
 from serving.metrics import RequestMetrics, ServiceMetrics
 from serving.monitoring import Monitor, monitoring_router
 from serving.open_inference import protocol_router
-from serving.predict import NotReady, Predictions
+from serving.predict import Predictions
 from serving.prediction_log import PredictionLog
 from serving.rollout import Rollout
-from serving.schemas import (
-    ModelsAnswer, MoleculeRequest, MoleculeResponse, Readiness, SensorRequest, SensorResponse,
-)
+from serving.schemas import ModelsAnswer, Readiness
 from serving.settings import ServingSettings
 from serving.store import ModelStore
-from serving.units import UnitReferences, units_router
 
 log = logging.getLogger("serving")
 PAGE = Path(__file__).parent / "static" / "index.html"
-PAGE_LAYOUT_SLOT = '<script id="sensor-layout" type="application/json">null</script>'
+PAGE_LAYOUT_SLOT = '<script id="model-layouts" type="application/json">null</script>'
 MAX_ERRORS_SHOWN = 5
 # Answered 503 with Retry-After: the work may succeed when sent again.
-RETRYABLE = (NotReady, BatcherClosed, FeaturizerBroken, MixedAnswer, DepictionBroken)
+RETRYABLE = (NotReady, BatcherClosed, MixedAnswer, RetryLater)
 CLIENT_CLOSED = 499  # nginx's status for a request whose client went away; only the metrics see it
 
 
@@ -101,103 +97,112 @@ def freeze_long_lived() -> None:
 def build_store(settings: ServingSettings) -> ModelStore:
     """The registry, model names and trusted key named by the params file's `tracking` and `<family>.registry`
     sections (MLFLOW_TRACKING_URI and SERVING_VERIFY_KEY win); nothing else of the file is read."""
-    registry = RegistrySettings.from_params(settings.params_file)
+    registry = RegistrySettings.from_params(settings.params_file, settings.families)
     verify_key = Path(settings.verify_key) if settings.verify_key else registry.verify_key
     return ModelStore(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda,
                       challenger_alias=CHALLENGER if settings.rollout != "off" else None)
 
 
-def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
-    settings = settings or ServingSettings()
-    set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
-    store = store or build_store(settings)
-    metrics = ServiceMetrics()
-    units = UnitReferences(engine_for(resolve_url(Path(settings.params_file).resolve().parent,
-                                                  settings.prediction_store)),
-                           settings.max_units, settings.units_refresh_s)  # the sensor units' references
-    predictions = Predictions(store, settings, metrics, units)
-    depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
-    prediction_log = PredictionLog.from_settings(settings, metrics)  # each answer's id and its row in the store
-    rollout = Rollout(settings, store, predictions, prediction_log, metrics)  # champion, shadow or canary
-    monitor = Monitor(store, settings, metrics, prediction_log)  # drift, domain and outcome figures, in the background
+class Service:
+    """The app's collaborators: the served models, each family's part, the prediction path, the log, the
+    rollout and the monitoring; `start` and `stop` are the app's lifespan."""
 
-    def served() -> set[int]:
-        return {id(model) for model in (*store.models.values(), *store.challengers.values())}
+    def __init__(self, settings: ServingSettings, store: ModelStore):
+        self.settings, self.store, self.metrics = settings, store, ServiceMetrics()
+        self.families = {name: family_class(name)(settings, self.metrics) for name in store.names}
+        self.predictions = Predictions(store, settings, self.metrics, self.families)
+        self.log = PredictionLog.from_settings(settings, self.metrics)  # each answer's id and its row in the store
+        self.monitor = Monitor(store, settings, self.metrics, self.log, self.families)  # input and outcome figures, in the background
+        self.rollout = Rollout(settings, store, self.predictions, self.log, self.metrics, self.monitor)
+        self._tasks: list[asyncio.Task] = []
 
-    async def refresh() -> dict[str, str]:
-        before = served()
-        changes = await asyncio.to_thread(store.refresh)
-        for family, model in store.models.items():
-            metrics.model_version.labels(family, model.name).set(float(model.version))
-        if served() - before:  # a version loaded now lives as long as the libraries
+    def _served(self) -> set[int]:
+        return {id(model) for model in (*self.store.models.values(), *self.store.challengers.values())}
+
+    async def refresh(self) -> dict[str, str]:
+        """Follow the registry's aliases now; {family: what changed}."""
+        before = self._served()
+        changes = await asyncio.to_thread(self.store.refresh)
+        for family, model in self.store.models.items():
+            self.metrics.model_version.labels(family, model.name).set(float(model.version))
+        if self._served() - before:  # a version loaded now lives as long as the libraries
             freeze_long_lived()
         return changes
 
-    async def poll_once() -> None:
+    async def _poll_once(self) -> None:
         try:
-            await refresh()
+            await self.refresh()
         except Exception:  # the registry may be briefly unreachable; try again next round
             log.exception("registry poll failed")
 
-    async def poll() -> None:
+    async def _poll(self) -> None:
         while True:
-            await asyncio.sleep(settings.poll_seconds)
-            await poll_once()
+            await asyncio.sleep(self.settings.poll_seconds)
+            await self._poll_once()
+
+    async def reload(self) -> dict:
+        """serving.schemas.ReloadAnswer's fields."""
+        return {"changes": await self.refresh(), **self.models()}
+
+    def models(self) -> dict:
+        """serving.schemas.ModelsAnswer's fields."""
+        return {"models": [m.describe() for m in self.store.models.values()], "problems": self.store.problems,
+                "rollout": self.rollout.describe()}
+
+    async def start(self) -> None:
+        await self.predictions.start()
+        self.log.start()
+        # The first round is part of start-up: uvicorn accepts connections only after it, so with several workers
+        # none answers before it has loaded the models (or knows why it cannot).
+        await self._poll_once()
+        freeze_long_lived()  # after everything start-up made (cheap when the round has just frozen what it loaded)
+        self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self.monitor.run())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await self.rollout.stop()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.predictions.stop()
+        await asyncio.to_thread(self.log.stop, self.settings.shutdown_timeout_s)
+        gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
+
+
+def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
+    settings = settings or ServingSettings()
+    set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
+    service = Service(settings, store or build_store(settings))
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI):
-        restore_signals = _close_on_signals(predictions.close)
-        await predictions.start()
-        prediction_log.start()
-        # The first round is part of start-up: uvicorn accepts connections only after it, so with several workers
-        # none answers before it has loaded the models (or knows why it cannot).
-        await poll_once()
-        freeze_long_lived()  # after everything start-up made (cheap when the round has just frozen what it loaded)
-        poller = asyncio.create_task(poll())
-        monitoring = asyncio.create_task(monitor.run())
+        restore_signals = _close_on_signals(service.predictions.close)
+        await service.start()
         yield
-        monitoring.cancel()
-        poller.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await poller
-        await rollout.stop()
-        with contextlib.suppress(asyncio.CancelledError):
-            await monitoring
-        await predictions.stop()
-        await depicter.stop()
-        await asyncio.to_thread(prediction_log.stop, settings.shutdown_timeout_s)
-        gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
+        await service.stop()
         restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
                          description="Champion models from the MLflow registry on ONNX Runtime. See docs/serving.md.")
-    app.state.settings, app.state.store, app.state.metrics = settings, store, metrics
-    app.state.predictions = predictions
-    app.state.prediction_log = prediction_log
-    app.state.rollout = rollout
-    app.state.monitor = monitor
+    app.state.service = service
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(RequestMetrics, metrics=service.metrics)
     if settings.cors_origins:  # outermost, so that refusals (413, 401) reach the allowed pages too
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
+    _add_error_handlers(app)
+    app.include_router(_service_router(service))
+    app.include_router(_v1_router(service))
+    app.include_router(protocol_router(settings, service.store, service.predictions, service.rollout))
+    app.include_router(admin_router(settings.admin_key, service.reload))
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every refusal as `{"detail": one line}` with its status (serving.errors)."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
-        errors = error.errors()
-        content_type = request.headers.get("content-type", "")
-        if request.method == "POST" and not content_type.startswith("application/json"):
-            return JSONResponse({"detail": f"send the body as JSON with `Content-Type: application/json` "
-                                           f"(got {content_type or 'no content type'})"}, status_code=415)
-        if any(e["type"] == "json_invalid" for e in errors):
-            return JSONResponse({"detail": f"the body is not valid JSON: {errors[0].get('ctx', {}).get('error', '')}"},
-                                status_code=400)
-        if any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
-            return JSONResponse({"detail": "the request body is empty: send a JSON object (see /docs)"}, status_code=422)
-        lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:MAX_ERRORS_SHOWN]]
-        if len(errors) > MAX_ERRORS_SHOWN:
-            lines.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more")
-        return JSONResponse({"detail": "; ".join(lines)}, status_code=422)
+        return _invalid_request(request, error)
 
     @app.exception_handler(BadInput)
     async def bad_input(_: Request, error: BadInput) -> JSONResponse:
@@ -217,96 +222,92 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
     async def client_gone(_: Request, error: ClientGone) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=CLIENT_CLOSED)
 
-    @app.get("/health", tags=["service"])
+
+def _invalid_request(request: Request, error: RequestValidationError) -> JSONResponse:
+    errors = error.errors()
+    content_type = request.headers.get("content-type", "")
+    if request.method == "POST" and not content_type.startswith("application/json"):
+        return JSONResponse({"detail": f"send the body as JSON with `Content-Type: application/json` "
+                                       f"(got {content_type or 'no content type'})"}, status_code=415)
+    if any(e["type"] == "json_invalid" for e in errors):
+        return JSONResponse({"detail": f"the body is not valid JSON: {errors[0].get('ctx', {}).get('error', '')}"},
+                            status_code=400)
+    if any(e["type"] == "missing" and tuple(e["loc"]) == ("body",) for e in errors):
+        return JSONResponse({"detail": "the request body is empty: send a JSON object (see /docs)"}, status_code=422)
+    lines = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors[:MAX_ERRORS_SHOWN]]
+    if len(errors) > MAX_ERRORS_SHOWN:
+        lines.append(f"... and {len(errors) - MAX_ERRORS_SHOWN} more")
+    return JSONResponse({"detail": "; ".join(lines)}, status_code=422)
+
+
+def _service_router(service: Service) -> APIRouter:
+    """/health, /ready, /metrics and the page: open, without the API key."""
+    router = APIRouter()
+    store = service.store
+    page_template = PAGE.read_text()
+
+    @router.get("/health", tags=["service"])
     async def health() -> dict[str, str]:
         """The process is up (models may still be loading: see /ready)."""
         return {"status": "ok"}
 
-    @app.get("/ready", tags=["service"], response_model=Readiness,
-             responses={503: {"model": Readiness, "description": "a model or the store is missing: see `problems`"}})
+    @router.get("/ready", tags=["service"], response_model=Readiness,
+                responses={503: {"model": Readiness, "description": "a model or the store is missing: see `problems`"}})
     async def ready() -> JSONResponse:
-        """200 once both models are loaded, 503 before (with what is missing)."""
+        """200 once every family's model is loaded, 503 before (with what is missing)."""
         body = {"ready": store.ready, "models": {f: m.version for f, m in store.models.items()},
                 "problems": store.problems}
         return JSONResponse(body, status_code=200 if store.ready else 503)
 
-    @app.get("/metrics", tags=["service"], response_class=Response,
-             responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
+    @router.get("/metrics", tags=["service"], response_class=Response,
+                responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}})
     async def prometheus() -> Response:
         """Prometheus text format."""
-        return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        return Response(service.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    page_template = PAGE.read_text()
-
-    @app.get("/", include_in_schema=False)
+    @router.get("/", include_in_schema=False)
     async def page() -> HTMLResponse:
-        """The page, with the sensor model's channels and window length embedded (its example window needs no
-        API key)."""
-        sensor = store.get("sensor")
-        layout = {"channels": sensor.card["channels"], "window": int(sensor.card["window"])} if sensor else None
-        embedded = orjson.dumps(layout).decode().replace("<", "\\u003c")  # no `</script>` inside the script
+        """The page, with each served model's input layout embedded (its example window needs no API key)."""
+        layouts = {family: model.details for family, model in store.models.items()}
+        embedded = orjson.dumps(layouts).decode().replace("<", "\\u003c")  # no `</script>` inside the script
         return HTMLResponse(page_template.replace(PAGE_LAYOUT_SLOT, PAGE_LAYOUT_SLOT.replace("null", embedded)))
 
-    v1 = APIRouter(prefix="/v1", dependencies=api_key_guard(settings.api_key),
-                   responses=error_responses(401))
-    predict_errors = error_responses(*BODY_ERRORS, 503, 504)
+    return router
+
+
+def _v1_router(service: Service) -> APIRouter:
+    """/v1: the models, each family's predict route and own routes, feedback and monitoring, behind the API key."""
+    settings = service.settings
+    v1 = APIRouter(prefix="/v1", dependencies=api_key_guard(settings.api_key), responses=error_responses(401))
 
     @v1.get("/models", tags=["models"], response_model=ModelsAnswer)
     async def models() -> dict:
-        """Each loaded model: name, version, alias, provider, sha256, test metrics (and sensor input layout); the
-        rollout mode and its challengers."""
-        return {"models": [m.describe() for m in store.models.values()], "problems": store.problems,
-                "rollout": rollout.describe()}
+        """Each loaded model: name, version, alias, provider, sha256, test metrics (and its family's details);
+        the rollout mode and its challengers."""
+        return service.models()
 
-    sensor_body = {"requestBody": {"required": True, "content": {
-        "application/json": {"schema": SensorRequest.model_json_schema()}}}}
+    for family in service.families.values():
+        _add_predict_route(v1, service, family)
+        champion = functools.partial(service.predictions.model_of, family.name, CHAMPION)
+        for router in family.routers(champion):
+            v1.include_router(router)
+    v1.include_router(feedback_router(service.log, settings.max_items))
+    v1.include_router(monitoring_router(service.monitor))
+    return v1
 
-    @v1.post("/sensor/predict", tags=["predict"], response_model=SensorResponse, openapi_extra=sensor_body,
-             responses=predict_errors)
-    async def predict_sensor(request: Request) -> Response:
-        """Failure probability, alert flag and uncertainty per window (body: SensorRequest); with a model that has
-        a novelty score also the novelty score against each window's unit reference, the combined alert
-        probability and the part that raised the alert."""
-        body = _parse_json(await request.body(), request.headers.get("content-type", ""), SensorRequest)
-        check_count(len(body.windows), settings.max_items, "windows")
-        windows = sensor_windows(body.windows, predictions.model_of("sensor").card)
-        metrics.request_items.labels("sensor").observe(len(windows))
-        rows, model = await within_deadline(request, rollout.windows(windows, body.units, body.times),
-                                            settings.request_timeout_s)
-        monitor.record_windows(windows, model)
+
+def _add_predict_route(v1: APIRouter, service: Service, family: ServedFamily) -> None:
+    """POST /v1/<family>/predict: the family's body in, its answers out, through the rollout."""
+
+    async def predict(request: Request) -> Response:
+        body = _parse_json(await request.body(), request.headers.get("content-type", ""), family.request)
+        items = family.items(body, service.predictions.model_of(family.name))
+        rows, model = await within_deadline(request, service.rollout.serve(family, items),
+                                            service.settings.request_timeout_s)
         return _answer(model, rows)
 
-    @v1.post("/molecule/predict", tags=["predict"], response_model=MoleculeResponse, responses=predict_errors)
-    async def predict_molecule(body: MoleculeRequest, request: Request) -> Response:
-        """`value` (regression) or `probability` (classification) and `uncertainty` per SMILES, or its `error`
-        (one that does not parse, or has more than SERVING_MAX_HEAVY_ATOMS heavy atoms)."""
-        check_count(len(body.smiles), settings.max_items, "SMILES")
-        check_smiles(body.smiles, settings.max_smiles_length)
-        predictions.model_of("molecule")
-        metrics.request_items.labels("molecule").observe(len(body.smiles))
-        rows, model = await within_deadline(request, rollout.smiles(body.smiles), settings.request_timeout_s)
-        monitor.record_smiles(rows, model)
-        return _answer(model, rows)
-
-    @v1.get("/molecule/depict", tags=["predict"], response_class=Response,
-            responses={200: {"content": {"image/svg+xml": {"schema": {"type": "string"}}}},
-                       **error_responses(422, 503, 504)})
-    async def depict(request: Request, smiles: str = Query(...)) -> Response:
-        """The molecule drawn by RDKit, as SVG (422 for a SMILES that does not parse, or has more than
-        SERVING_MAX_HEAVY_ATOMS heavy atoms). Drawn in a separate process, SERVING_DEPICT_WORKERS at a time."""
-        check_smiles([smiles], settings.max_smiles_length)
-        svg = await within_deadline(request, depicter.svg(smiles), settings.request_timeout_s)
-        return Response(svg, media_type="image/svg+xml")
-
-    async def reload() -> dict:
-        changes = await refresh()
-        return {"changes": changes, "models": [m.describe() for m in store.models.values()],
-                "problems": store.problems, "rollout": rollout.describe()}
-
-    v1.include_router(feedback_router(prediction_log, settings.max_items))
-    v1.include_router(units_router(units, lambda: predictions.model_of("sensor"), settings.max_items))
-    v1.include_router(monitoring_router(monitor))
-    app.include_router(v1)
-    app.include_router(protocol_router(settings, store, predictions, rollout, monitor, metrics))
-    app.include_router(admin_router(settings.admin_key, reload))
-    return app
+    body = {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": family.request.model_json_schema()}}}}
+    v1.add_api_route(f"/{family.name}/predict", predict, methods=["POST"], tags=["predict"],
+                     response_model=family.response, openapi_extra=body, description=family.__doc__,
+                     name=f"predict_{family.name}", responses=error_responses(*BODY_ERRORS, 503, 504))

@@ -22,6 +22,14 @@ MEANING = {
 BODY_ERRORS = (400, 413, 415, 422)
 
 
+class NotReady(Exception):
+    """No model of this family is loaded (yet), or it changed under a queued request."""
+
+
+class RetryLater(RuntimeError):
+    """Work that may succeed when sent again: a worker process died and was replaced."""
+
+
 class ErrorBody(BaseModel):
     """Every 4xx and 5xx answer of this service."""
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from typing import Any
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -13,11 +14,9 @@ from mlflow import MlflowClient
 
 from contract.reference import read_reference
 from contract.registry import download_verified
-from models.predictors import MoleculePredictor, SensorPredictor
+from serving.family import family_class
 
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
-PREDICTORS = {"sensor": SensorPredictor, "molecule": MoleculePredictor}
 
 
 @dataclass(frozen=True)
@@ -30,11 +29,13 @@ class LoadedModel:
     alias: str
     sha256: str
     card: dict
-    predictor: SensorPredictor | MoleculePredictor
+    predictor: Any  # the family's predictor (models/predictors.py)
     reference: dict | None = None  # training reference arrays (contract/reference.py); None for older versions
+    details: dict = field(default_factory=dict)  # the family's own /v1/models fields (ServedFamily.details)
 
     def describe(self) -> dict:
-        """serving.schemas.ModelInfo's fields; `target` and `interval` only when the card has them."""
+        """serving.schemas.ModelInfo's fields; `target` and `interval` only when the card has them, and the family's
+        own details."""
         metrics = {k: v if math.isfinite(v) else None for k, v in self.card.get("test_metrics", {}).items()}
         info = {
             "family": self.family, "name": self.name, "version": self.version, "alias": self.alias,
@@ -44,10 +45,7 @@ class LoadedModel:
         calibration = self.card.get("calibration", {})
         if "interval_z" in calibration and "nominal_coverage" in calibration:
             info["interval"] = {"z": calibration["interval_z"], "coverage": calibration["nominal_coverage"]}
-        if self.family == "sensor":
-            info.update(channels=self.card["channels"], window=int(self.card["window"]),
-                        threshold=float(self.card["threshold"]))
-        return info
+        return {**info, **self.details}
 
 
 def load_version(client: MlflowClient, family: str, name: str, version: str, alias: str,
@@ -55,9 +53,10 @@ def load_version(client: MlflowClient, family: str, name: str, version: str, ali
     """Download `name` version `version`, verify every file against its manifest signed by the pipeline's key,
     and build its predictor. Raises ManifestError or CardError (one line naming the version) when it must not
     be served."""
+    served = family_class(family)
     with tempfile.TemporaryDirectory(prefix="serving-") as scratch:
         verified = download_verified(client, name, version, Path(scratch), public_key)
-        predictor = PREDICTORS[family](verified.onnx, verified.card, prefer_cuda=prefer_cuda)
+        predictor = served.predictor(verified.onnx, verified.card, prefer_cuda=prefer_cuda)
         reference = read_reference(verified.directory)
     return LoadedModel(family, name, str(version), alias, verified.manifest["files"]["model.onnx"], verified.card,
-                       predictor, reference)
+                       predictor, reference, served.details(verified.card))

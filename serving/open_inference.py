@@ -21,18 +21,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from serving.auth import api_key_guard
 from serving.deadline import within_deadline
-from serving.errors import MEANING
-from serving.inputs import BadInput, check_count, check_smiles
+from serving.errors import MEANING, NotReady
+from serving.family import ServedFamily
+from serving.inputs import BadInput, check_count
 from serving.loading import LoadedModel
-from serving.metrics import ServiceMetrics
-from serving.monitoring import Monitor
-from serving.predict import NotReady, Predictions
+from serving.predict import Predictions
 from serving.rollout import Rollout
 from serving.settings import ServingSettings
 from serving.store import ModelStore
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
-SENSOR_INPUT, MOLECULE_INPUT = "windows", "smiles"
 MAX_ERRORS_SHOWN = 3
 
 
@@ -124,19 +122,18 @@ def _app_handler(app: FastAPI, error: Exception) -> Callable | None:
     return next((app.exception_handlers[kind] for kind in type(error).__mro__ if kind in app.exception_handlers), None)
 
 
-def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions, rollout: Rollout,
-                    monitor: Monitor, metrics: ServiceMetrics) -> APIRouter:
+def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions,
+                    rollout: Rollout) -> APIRouter:
     """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
-    the API key like /v1. A model is named by its registry name or by its family (`sensor`, `molecule`).
+    the API key like /v1. A model is named by its registry name or by its family (e.g. `sensor`).
     Inference goes through the rollout, the prediction log and the monitoring like /v1 (a request naming a
-    version is answered by the champion of that version, never by a canary); with the log on, each item's `prediction_id` is an
-    output (BYTES, empty for a SMILES that got an `error`)."""
+    version is answered by the champion of that version, never by a canary); with the log on, each item's
+    `prediction_id` is an output (BYTES, empty for an item that got an `error`)."""
     logged = rollout.log.enabled
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["open inference protocol"])
     guarded = api_key_guard(settings.api_key)
-    timeout_s = settings.request_timeout_s
 
-    def served(name: str, version: str | None) -> LoadedModel:
+    def served(name: str, version: str | None) -> tuple[ServedFamily, LoadedModel]:
         families = {**{registered: family for family, registered in store.names.items()},
                     **{family: family for family in store.names}}
         if name not in families:
@@ -144,7 +141,7 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
         model = predictions.model_of(families[name])
         if version is not None and version != model.version:
             raise ProtocolError(404, f"model {name!r} version {version!r} is not served; version {model.version} is")
-        return model
+        return predictions.families[families[name]], model
 
     @router.get("/health/live")
     async def live() -> dict:
@@ -153,7 +150,7 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
 
     @router.get("/health/ready", responses=protocol_errors(503))
     async def ready() -> dict:
-        """200 once both models are loaded, else 503 saying what is missing."""
+        """200 once every model is loaded, else 503 saying what is missing."""
         if not store.ready:
             problems = {**{family: "loading" for family in store.names if family not in store.models},
                         **store.problems}
@@ -166,38 +163,22 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
 
     async def model_metadata(name: str, request: Request) -> dict:
         """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
-        return _metadata(served(name, request.path_params.get("version")), logged)
+        return _metadata(*served(name, request.path_params.get("version")), logged)
 
     async def model_ready(name: str, request: Request) -> dict:
         """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
-        return {"name": served(name, request.path_params.get("version")).name, "ready": True}
+        return {"name": served(name, request.path_params.get("version"))[1].name, "ready": True}
 
     async def infer(name: str, request: Request) -> Response:
         """Named tensors in, named tensors out: JSON, or binary after the JSON (Inference-Header-Content-Length)."""
         version = request.path_params.get("version")
-        model = served(name, version)
+        family, model = served(name, version)
         inference, binary = _read_request(await request.body(), request.headers)
-        wanted = _wanted_outputs(inference, _output_types(model, logged))
-        if model.family == "sensor":
-            windows = _windows(_only_input(inference, SENSOR_INPUT, "FP32", binary), binary, model.card,
-                               settings.max_items)
-            metrics.request_items.labels("sensor").observe(len(windows))
-            rows, answered = await within_deadline(request, rollout.windows(windows, None, None, version is not None),
-                                                   timeout_s)
-            monitor.record_windows(windows, answered)
-            outputs = {"failure_probability": np.array([r["failure_probability"] for r in rows], np.float32),
-                       "alert": np.array([r["alert"] for r in rows], bool),
-                       "uncertainty": np.array([r["uncertainty"] for r in rows], np.float32)}
-        else:
-            smiles = _smiles(_only_input(inference, MOLECULE_INPUT, "BYTES", binary), binary, settings.max_items)
-            check_smiles(smiles, settings.max_smiles_length)
-            metrics.request_items.labels("molecule").observe(len(smiles))
-            rows, answered = await within_deadline(request, rollout.smiles(smiles, version is not None), timeout_s)
-            monitor.record_smiles(rows, answered)
-            key = _molecule_key(answered)
-            outputs = {key: np.array([r.get(key, math.nan) for r in rows], np.float32),
-                       "uncertainty": np.array([r.get("uncertainty", math.nan) for r in rows], np.float32),
-                       "error": np.array([r.get("error", "") for r in rows], object)}
+        wanted = _wanted_outputs(inference, _output_types(family, model, logged))
+        items = family.tensor_items(_input_values(family, model, inference, binary, settings.max_items), model)
+        rows, answered = await within_deadline(request, rollout.serve(family, items, pinned=version is not None),
+                                               settings.request_timeout_s)
+        outputs = family.output_arrays(rows, answered)
         if logged:
             outputs["prediction_id"] = np.array([r.get("prediction_id", "") for r in rows], object)
         if version is not None and answered.version != version:
@@ -213,28 +194,36 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
     return router
 
 
-def _molecule_key(model: LoadedModel) -> str:
-    return "value" if model.card["task"] == "regression" else "probability"
-
-
-def _output_types(model: LoadedModel, logged: bool) -> dict[str, str]:
-    if model.family == "sensor":
-        types = {"failure_probability": "FP32", "alert": "BOOL", "uncertainty": "FP32"}
-    else:
-        types = {_molecule_key(model): "FP32", "uncertainty": "FP32", "error": "BYTES"}
+def _output_types(family: ServedFamily, model: LoadedModel, logged: bool) -> dict[str, str]:
+    types = family.output_types(model)
     return {**types, "prediction_id": "BYTES"} if logged else types
 
 
-def _metadata(model: LoadedModel, logged: bool) -> dict:
-    if model.family == "sensor":
-        inputs = [{"name": SENSOR_INPUT, "datatype": "FP32",
-                   "shape": [-1, int(model.card["window"]), len(model.card["channels"])]}]
-    else:
-        inputs = [{"name": MOLECULE_INPUT, "datatype": "BYTES", "shape": [-1]}]
+def _metadata(family: ServedFamily, model: LoadedModel, logged: bool) -> dict:
+    datatype, shape, _ = family.tensor_spec(model)
     outputs = [{"name": name, "datatype": datatype, "shape": [-1]}
-               for name, datatype in _output_types(model, logged).items()]
-    return {"name": model.name, "versions": [model.version], "platform": "onnxruntime", "inputs": inputs,
+               for name, datatype in _output_types(family, model, logged).items()]
+    return {"name": model.name, "versions": [model.version], "platform": "onnxruntime",
+            "inputs": [{"name": family.tensor_name, "datatype": datatype, "shape": [-1, *shape]}],
             "outputs": outputs}
+
+
+def _input_values(family: ServedFamily, model: LoadedModel, inference: InferenceRequest, binary: bytes,
+                  max_items: int) -> np.ndarray | list[str]:
+    """The family's one input tensor, decoded: FP32 as a float32 array (n, ...), BYTES as n strings."""
+    datatype, shape, meaning = family.tensor_spec(model)
+    tensor = _only_input(inference, family.tensor_name, datatype, binary)
+    if datatype == "BYTES":
+        if not (len(tensor.shape) in (1, 2) and tensor.shape[0] >= 1 and tensor.shape[1:] in ([], [1])):
+            raise ProtocolError(400, f"input {tensor.name!r} has shape {tensor.shape}; this model needs [n] or [n, 1]")
+        check_count(tensor.shape[0], max_items, family.items_name)
+        return _texts(tensor, binary)
+    if len(tensor.shape) != 1 + len(shape) or tensor.shape[0] < 1 or tensor.shape[1:] != shape:
+        needed = ", ".join(["n", *map(str, shape)])
+        raise ProtocolError(400, f"input {tensor.name!r} has shape {tensor.shape}; this model needs [{needed}]: "
+                                 f"{meaning}")
+    check_count(tensor.shape[0], max_items, family.items_name)
+    return _floats(tensor, binary)
 
 
 def _read_request(body: bytes, headers) -> tuple[InferenceRequest, bytes]:
@@ -290,50 +279,34 @@ def _only_input(inference: InferenceRequest, name: str, datatype: str, binary: b
     return tensor
 
 
-def _windows(tensor: RequestInput, binary: bytes, card: dict, max_items: int) -> np.ndarray:
-    """The FP32 tensor as (n, T, C) float32 windows, NaN for a missing reading (NaN in binary, null or NaN in
-    JSON); refuses another shape and infinite readings (or readings beyond float32)."""
-    channels, steps, shape = card["channels"], int(card["window"]), tensor.shape
-    if len(shape) != 3 or shape[0] < 1 or shape[1:] != [steps, len(channels)]:
-        raise ProtocolError(400, f"input {SENSOR_INPUT!r} has shape {shape}; this model needs [n, {steps}, "
-                                 f"{len(channels)}]: n windows of {steps} time steps of {', '.join(channels)}")
-    check_count(shape[0], max_items, "windows")
-    count = math.prod(shape)
+def _floats(tensor: RequestInput, binary: bytes) -> np.ndarray:
+    """An FP32 tensor of a checked shape as float32, NaN for a missing value (NaN in binary, null or NaN in JSON)."""
+    shape, count = tensor.shape, math.prod(tensor.shape)
     if tensor.parameters.binary_data_size is not None:
         if len(binary) != 4 * count:
-            raise ProtocolError(400, f"input {SENSOR_INPUT!r} of shape {shape} needs {4 * count} bytes of FP32, "
+            raise ProtocolError(400, f"input {tensor.name!r} of shape {shape} needs {4 * count} bytes of FP32, "
                                      f"got {len(binary)}")
-        array = np.frombuffer(binary, "<f4").reshape(shape)
-    else:
-        values = _flat(tensor.data, len(shape), lambda v: v is None or type(v) in (int, float),
-                       "numbers (null or NaN for a missing reading)")
-        if len(values) != count:
-            raise ProtocolError(400, f"input {SENSOR_INPUT!r} has {len(values)} values; shape {shape} needs {count}")
-        try:
-            with np.errstate(over="ignore"):
-                array = np.array(values, np.float32).reshape(shape)  # None -> NaN
-        except OverflowError:  # an integer beyond any float
-            raise ProtocolError(400, f"input {SENSOR_INPUT!r} holds an integer beyond float32") from None
-    infinite = np.argwhere(np.isinf(array))
-    if len(infinite):
-        i, t, c = infinite[0]
-        raise ProtocolError(400, f"{SENSOR_INPUT}[{i}][{t}][{c}] ({channels[c]}) is not a finite float32 reading; "
-                                 f"send NaN (binary) or null (JSON) for a missing one")
-    return array
+        return np.frombuffer(binary, "<f4").reshape(shape)
+    values = _flat(tensor.data, len(shape), lambda v: v is None or type(v) in (int, float),
+                   "numbers (null or NaN for a missing reading)")
+    if len(values) != count:
+        raise ProtocolError(400, f"input {tensor.name!r} has {len(values)} values; shape {shape} needs {count}")
+    try:
+        with np.errstate(over="ignore"):
+            return np.array(values, np.float32).reshape(shape)  # None -> NaN
+    except OverflowError:  # an integer beyond any float
+        raise ProtocolError(400, f"input {tensor.name!r} holds an integer beyond float32") from None
 
 
-def _smiles(tensor: RequestInput, binary: bytes, max_items: int) -> list[str]:
-    """The BYTES tensor of shape [n] or [n, 1] as n SMILES (UTF-8)."""
-    shape = tensor.shape
-    if not (len(shape) in (1, 2) and shape[0] >= 1 and shape[1:] in ([], [1])):
-        raise ProtocolError(400, f"input {MOLECULE_INPUT!r} has shape {shape}; this model needs [n] or [n, 1]")
-    check_count(shape[0], max_items, "SMILES")
+def _texts(tensor: RequestInput, binary: bytes) -> list[str]:
+    """A BYTES tensor of shape [n] or [n, 1] as n strings (UTF-8)."""
+    count = tensor.shape[0]
     if tensor.parameters.binary_data_size is not None:
-        items = [_utf8(item, i) for i, item in enumerate(_bytes_elements(binary, shape[0]))]
+        items = [_utf8(item, tensor.name, i) for i, item in enumerate(_bytes_elements(binary, count))]
     else:
-        items = _flat(tensor.data, len(shape), lambda v: type(v) is str, "strings")
-    if len(items) != shape[0]:
-        raise ProtocolError(400, f"input {MOLECULE_INPUT!r} has {len(items)} elements; shape {shape} needs {shape[0]}")
+        items = _flat(tensor.data, len(tensor.shape), lambda v: type(v) is str, "strings")
+    if len(items) != count:
+        raise ProtocolError(400, f"input {tensor.name!r} has {len(items)} elements; shape {tensor.shape} needs {count}")
     return items
 
 
@@ -372,11 +345,11 @@ def _bytes_elements(raw: bytes, most: int) -> list[bytes]:
     return items
 
 
-def _utf8(item: bytes, index: int) -> str:
+def _utf8(item: bytes, name: str, index: int) -> str:
     try:
         return item.decode()
     except UnicodeDecodeError:
-        raise ProtocolError(400, f"{MOLECULE_INPUT}[{index}] is not UTF-8 text") from None
+        raise ProtocolError(400, f"{name}[{index}] is not UTF-8 text") from None
 
 
 def _binary(array: np.ndarray, datatype: str) -> bytes:

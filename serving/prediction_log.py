@@ -5,8 +5,7 @@ On the request path only the ids are made and the request's record queued; diges
 in the writer process (serving.log_rows, serving.log_writer). A row holds the model (name, version, role:
 `champion`, `challenger` for a canary answer, `shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
 summary (sensor: the channel names and, per channel, mean, std, min, max and missing share over the window's
-steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, serving.domain, or
-the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
+steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, or the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
 whether it failed.
 """
 
@@ -19,12 +18,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from contract.prediction_store import engine_for, resolve_url, utc_now
 from serving.loading import LoadedModel
-from serving.log_rows import Answered, MoleculesRecord, WindowsRecord, rows_of
+from serving.family import ServedFamily
+from serving.log_rows import Answered, rows_of
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
@@ -87,26 +86,17 @@ class PredictionLog:
     def enabled(self) -> bool:
         return self.writer is not None
 
-    def record_windows(self, windows: np.ndarray, answers: list[dict], model: LoadedModel,
-                       units: Sequence[str] | None = None, times: Sequence[float] | None = None,
-                       call: Call | None = None) -> None:
-        """Give each answer of windows (n, T, C) a `prediction_id` (first key) and queue their rows (a failed
-        call: one empty answer per window)."""
+    def record(self, family: ServedFamily, items: Sequence, answers: list[dict], model: LoadedModel,
+               call: Call | None = None) -> None:
+        """Give each answer without an `error` a `prediction_id` (first key) and queue the family's record of them
+        (a failed call: the family's `failed_answers`)."""
         if self.writer is None:
             return
-        _identify(answers, range(len(answers)))
-        self.writer.submit(WindowsRecord(_answered(model, call), windows, model.card["channels"], answers,
-                                         units, times))
-
-    def record_smiles(self, answers: list[dict], model: LoadedModel, call: Call | None = None) -> None:
-        """Give each answered molecule (not those with an `error`) a `prediction_id` and queue their rows (a
-        failed call: answers of only `smiles` and `canonical_smiles` None)."""
-        if self.writer is None:
-            return
-        answered = [i for i, answer in enumerate(answers) if "error" not in answer]
-        if answered:
-            _identify(answers, answered)
-            self.writer.submit(MoleculesRecord(_answered(model, call), [answers[i] for i in answered]))
+        logged = [i for i, answer in enumerate(answers) if "error" not in answer]
+        if logged:
+            _identify(answers, logged)
+            self.writer.submit(family.log_record(_logged(items, logged), [answers[i] for i in logged], model,
+                                                 _answered(model, call)))
 
     def start(self) -> None:
         if self.writer is not None:
@@ -115,6 +105,11 @@ class PredictionLog:
     def stop(self, timeout_s: float) -> None:
         if self.writer is not None:
             self.writer.stop(timeout_s)
+
+
+def _logged(items: Sequence, positions: list[int]) -> Sequence:
+    """The items at `positions` (all of them, as they are, when none is left out)."""
+    return items if len(positions) == len(items) else [items[i] for i in positions]
 
 
 def _identify(answers: list[dict], positions: Sequence[int]) -> None:

@@ -19,15 +19,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 from contract.registry import CHALLENGER, CHAMPION
 from serving.batching import BatcherClosed
+from serving.family import ServedFamily
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
+from serving.monitoring import Monitor
 from serving.predict import Predictions
 from serving.prediction_log import Call, PredictionLog, new_request_id
 from serving.settings import ServingSettings
@@ -35,19 +35,14 @@ from serving.store import ModelStore
 
 SHADOW = "shadow"
 SHADOW_LINGER_S = 0.05  # how long a request's shadow items wait for others to share the challenger's call
-ModelCall = Callable[[str], Awaitable[tuple[list[dict], LoadedModel]]]  # role -> (answers, model)
-Record = Callable[[list[dict], LoadedModel, Call], None]  # answers (or placeholders), model, call -> queue rows
 
 
 @dataclass
 class ShadowItems:
-    """One answered request's items, waiting for the challenger: windows (n, T, C) or SMILES, and how to log."""
+    """One answered request's items, waiting for the challenger."""
 
     request_id: str
-    items: np.ndarray | Sequence[str]
-    record: Record
-    failed_answers: Callable[[], list[dict]]
-    units: Sequence[str] | None = None  # sensor windows: each one's unit (its reference)
+    items: Sequence
 
 
 def canary_fraction(request_id: str) -> float:
@@ -56,13 +51,14 @@ def canary_fraction(request_id: str) -> float:
 
 
 class Rollout:
-    """Answers the /v1 prediction routes per SERVING_ROLLOUT; `stop` belongs to the app's lifespan."""
+    """Answers the prediction routes per SERVING_ROLLOUT; `stop` belongs to the app's lifespan."""
 
     def __init__(self, settings: ServingSettings, store: ModelStore, predictions: Predictions, log: PredictionLog,
-                 metrics: ServiceMetrics):
+                 metrics: ServiceMetrics, monitor: Monitor):
         self.mode, self.share, self.max_pending = settings.rollout, settings.canary_share, settings.shadow_max_pending
         self.store, self.predictions, self.log, self.metrics = store, predictions, log, metrics
-        self._shadow_waiting: dict[str, list[ShadowItems]] = {"sensor": [], "molecule": []}
+        self.monitor = monitor
+        self._shadow_waiting: dict[str, list[ShadowItems]] = {name: [] for name in predictions.families}
         self._shadow_pending = 0  # requests waiting or running in shadow
         self._shadow_runners: dict[str, asyncio.Task] = {}  # per family, while its shadow items are being run
 
@@ -79,119 +75,96 @@ class Rollout:
             return CHALLENGER
         return CHAMPION
 
-    async def windows(self, windows: np.ndarray, units: Sequence[str] | None, times: Sequence[float] | None,
-                      pinned: bool = False) -> tuple[list[dict], LoadedModel]:
-        """Windows (n, T, C) -> the answers (with their `prediction_id`) and the model that gave them (the
-        champion when `pinned`)."""
-        def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
-            self.log.record_windows(windows, answers, model, units, times, call)
-
-        return await self._serve("sensor", windows,
-                                 lambda role: self.predictions.predict_windows(windows, role, units),
-                                 record, lambda: [{} for _ in range(len(windows))], pinned, units)
-
-    async def smiles(self, smiles: Sequence[str], pinned: bool = False) -> tuple[list[dict], LoadedModel]:
-        """SMILES -> the answers (with their `prediction_id`, or an `error`) and the model that gave them (the
-        champion when `pinned`)."""
-        def record(answers: list[dict], model: LoadedModel, call: Call) -> None:
-            self.log.record_smiles(answers, model, call)
-
-        return await self._serve("molecule", smiles, lambda role: self.predictions.predict_smiles(smiles, role),
-                                 record, lambda: [{"smiles": s, "canonical_smiles": None} for s in smiles], pinned)
-
-    async def _serve(self, family: str, items: np.ndarray | Sequence[str], predict: ModelCall, record: Record,
-                     failed_answers: Callable[[], list[dict]], pinned: bool = False,
-                     units: Sequence[str] | None = None) -> tuple[list[dict], LoadedModel]:
+    async def serve(self, family: ServedFamily, items: Sequence, pinned: bool = False
+                    ) -> tuple[list[dict], LoadedModel]:
+        """`items` -> the answers (with their `prediction_id`, or an `error`) and the model that gave them (the
+        champion when `pinned`); the items are handed to monitoring, and in shadow mode to the challenger."""
+        self.metrics.request_items.labels(family.name).observe(len(items))
         request_id = new_request_id()
-        role = self.role_for(family, request_id, pinned)
-        if role == CHALLENGER:
+        answers = None
+        if self.role_for(family.name, request_id, pinned) == CHALLENGER:
             try:
-                return await self._call(family, role, request_id, predict, record, failed_answers)
+                answers, model = await self._call(family, CHALLENGER, request_id, items)
             except BatcherClosed:
                 raise
             except Exception:  # logged and counted by _call: the champion answers instead
                 pass
-        answers, model = await self._call(family, CHAMPION, request_id, predict, record, failed_answers)
-        if self.mode == SHADOW:
-            self._shadow(family, ShadowItems(request_id, items, record, failed_answers, units))
+        if answers is None:
+            answers, model = await self._call(family, CHAMPION, request_id, items)
+            if self.mode == SHADOW:
+                self._shadow(family, ShadowItems(request_id, items))
+        self.monitor.record(family, items, answers, model)
         return answers, model
 
-    async def _call(self, family: str, role: str, request_id: str, predict: ModelCall, record: Record,
-                    failed_answers: Callable[[], list[dict]],
-                    logged_as: str | None = None) -> tuple[list[dict], LoadedModel]:
-        """One timed model call of `role`, counted and recorded as `logged_as` (default: `role`)."""
-        logged_as = logged_as or role
-        model = self.predictions.model_of(family, role)
-        self.metrics.model_requests.labels(family, logged_as).inc()
+    async def _call(self, family: ServedFamily, role: str, request_id: str,
+                    items: Sequence) -> tuple[list[dict], LoadedModel]:
+        """One timed model call of `role`, counted and logged."""
+        model = self.predictions.model_of(family.name, role)
+        self.metrics.model_requests.labels(family.name, role).inc()
         start = time.perf_counter()
         try:
-            answers, model = await predict(role)
+            answers, model = await self.predictions.predict(family, items, role)
         except BatcherClosed:  # the service stops: no verdict on the model (a cancelled caller is none either)
             raise
         except Exception:
             latency = time.perf_counter() - start
-            self.metrics.model_errors.labels(family, logged_as).inc()
-            self.metrics.model_latency.labels(family, logged_as).observe(latency)
-            record(failed_answers(), model, Call(request_id, logged_as, latency * 1000, failed=True))
+            self.metrics.model_errors.labels(family.name, role).inc()
+            self.metrics.model_latency.labels(family.name, role).observe(latency)
+            self.log.record(family, items, family.failed_answers(items), model,
+                            Call(request_id, role, latency * 1000, failed=True))
             raise
         latency = time.perf_counter() - start
-        self.metrics.model_latency.labels(family, logged_as).observe(latency)
-        record(answers, model, Call(request_id, logged_as, latency * 1000))
+        self.metrics.model_latency.labels(family.name, role).observe(latency)
+        self.log.record(family, items, answers, model, Call(request_id, role, latency * 1000))
         return answers, model
 
-    def _shadow(self, family: str, items: ShadowItems) -> None:
+    def _shadow(self, family: ServedFamily, items: ShadowItems) -> None:
         """Queue the request's items for the challenger's next shadow call (or drop and count them)."""
-        if self.store.challenger(family) is None:
+        if self.store.challenger(family.name) is None:
             return
         if self._shadow_pending >= self.max_pending:
-            self.metrics.shadow_dropped.labels(family).inc()
+            self.metrics.shadow_dropped.labels(family.name).inc()
             return
         self._shadow_pending += 1
-        self._shadow_waiting[family].append(items)
-        if family not in self._shadow_runners:
+        self._shadow_waiting[family.name].append(items)
+        if family.name not in self._shadow_runners:
             runner = asyncio.create_task(self._run_shadows(family))
-            self._shadow_runners[family] = runner
-            runner.add_done_callback(lambda _: self._shadow_runners.pop(family, None))
+            self._shadow_runners[family.name] = runner
+            runner.add_done_callback(lambda _: self._shadow_runners.pop(family.name, None))
 
-    async def _run_shadows(self, family: str) -> None:
+    async def _run_shadows(self, family: ServedFamily) -> None:
         """While requests wait in shadow: after SHADOW_LINGER_S, run all that wait in one challenger call and log
         each request's rows under its own id."""
-        while self._shadow_waiting[family]:
+        while self._shadow_waiting[family.name]:
             await asyncio.sleep(SHADOW_LINGER_S)
-            waiting, self._shadow_waiting[family] = self._shadow_waiting[family], []
+            waiting, self._shadow_waiting[family.name] = self._shadow_waiting[family.name], []
             try:
                 await self._shadow_call(family, waiting)
             finally:
                 self._shadow_pending -= len(waiting)
 
-    async def _shadow_call(self, family: str, waiting: list[ShadowItems]) -> None:
+    async def _shadow_call(self, family: ServedFamily, waiting: list[ShadowItems]) -> None:
         """One challenger call on the items of `waiting`; each request's rows carry the call's latency."""
-        model = self.store.challenger(family)
+        model = self.store.challenger(family.name)
         if model is None:  # the challenger went away while the items waited: nothing to run or log
             return
-        if family == "sensor":
-            units = [u for w in waiting for u in (w.units or [None] * len(w.items))]
-            together = np.concatenate([w.items for w in waiting])
-            predict = lambda: self.predictions.predict_windows(together, CHALLENGER, units)  # noqa: E731
-        else:
-            together = [smiles for w in waiting for smiles in w.items]
-            predict = lambda: self.predictions.predict_smiles(together, CHALLENGER)  # noqa: E731
-        self.metrics.model_requests.labels(family, SHADOW).inc(len(waiting))
+        self.metrics.model_requests.labels(family.name, SHADOW).inc(len(waiting))
         start = time.perf_counter()
         try:
-            answers, model = await predict()
+            answers, model = await self.predictions.predict(family, family.joined([w.items for w in waiting]),
+                                                            CHALLENGER)
             failed = False
         except BatcherClosed:  # the service stops: no verdict on the model
             return
         except Exception:  # nobody waits for a shadow answer: the failure is counted and logged
             answers, failed = [], True
-            self.metrics.model_errors.labels(family, SHADOW).inc(len(waiting))
+            self.metrics.model_errors.labels(family.name, SHADOW).inc(len(waiting))
         latency = time.perf_counter() - start
         offset = 0
         for w in waiting:
-            self.metrics.model_latency.labels(family, SHADOW).observe(latency)
-            part = w.failed_answers() if failed else answers[offset:offset + len(w.items)]
-            w.record(part, model, Call(w.request_id, SHADOW, latency * 1000, failed=failed))
+            self.metrics.model_latency.labels(family.name, SHADOW).observe(latency)
+            part = family.failed_answers(w.items) if failed else answers[offset:offset + len(w.items)]
+            self.log.record(family, w.items, part, model, Call(w.request_id, SHADOW, latency * 1000, failed=failed))
             offset += len(w.items)
 
     async def stop(self) -> None:

@@ -1,14 +1,14 @@
-"""Request and response bodies (the configurable limits are checked in serving.inputs)."""
+"""The service's own bodies (models, readiness, rollout, monitoring) and the types the families' bodies share."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 # JSON has no NaN: a missing sensor reading is `null`; NaN/Infinity literals and overflowing numbers are refused,
-# and so are booleans and strings (strict). Readings beyond float32 are refused by serving.inputs.
+# and so are booleans and strings (strict). Readings beyond float32 are refused by the family that reads them.
 Reading = Annotated[float, Field(strict=True, allow_inf_nan=False)] | None
 Step = list[Reading]
 Window = list[Step]
@@ -22,93 +22,6 @@ class ModelRef(BaseModel):
     name: str
     version: str
     alias: str
-
-
-class SensorPrediction(BaseModel):
-    prediction_id: str | None = Field(None, description="this answer's id in the prediction log: send outcomes for it "
-                                      "to /v1/feedback (absent when SERVING_PREDICTION_LOG=false)")
-    failure_probability: float
-    alert: bool = Field(description="alert_probability >= its threshold with a novelty score, else "
-                        "failure_probability >= the model's calibrated alert threshold")
-    uncertainty: float = Field(description="standard deviation of the ensemble members' probabilities")
-    novelty_score: float | None = Field(None, description="models with a novelty score: the calibrated probability "
-                                        "that the window departs from its unit's normal (its reference, or the "
-                                        "training fleet's where `reference` is `fleet`)")
-    alert_probability: float | None = Field(None, description="models with a novelty score: failure probability and "
-                                            "novelty score combined by the rule chosen on validation, calibrated")
-    alert_source: Literal["failure", "novelty", "both", "combined"] | None = Field(
-        None, description="with an alert: the part that reached its own threshold (`combined`: neither alone)")
-    reference: Literal["unit", "fleet"] | None = Field(
-        None, description="models that take unit references (relative channels or a novelty score): whose normal "
-                          "the window was seen against, the unit's own (PUT /v1/sensor/units/{unit}/reference) or none "
-                          "of its own (`fleet`: no unit, or none kept for it; relative channels masked, novelty "
-                          "against the training fleet's normal)")
-
-
-class SensorResponse(BaseModel):
-    model: ModelRef
-    predictions: list[SensorPrediction]
-
-
-class MoleculePrediction(BaseModel):
-    prediction_id: str | None = Field(None, description="this answer's id in the prediction log: send outcomes for it "
-                                      "to /v1/feedback (absent for an `error`, and when SERVING_PREDICTION_LOG=false)")
-    smiles: str
-    canonical_smiles: str | None = Field(None, description="the standardised canonical SMILES the model saw")
-    value: float | None = Field(None, description="regression models: the predicted value")
-    probability: float | None = Field(None, description="classification models: the predicted probability")
-    uncertainty: float | None = Field(None, description="regression: scaled ensemble std; classification: ensemble std")
-    modality: Literal["fused", "graph_only", "smiles_only"] | None = Field(
-        None, description="the views the model answered from: `fused` (the graph and the SMILES tokens), "
-                          "`graph_only` (the canonical SMILES is longer than the model's tokenizer takes) or "
-                          "`smiles_only` (the graph cannot be built: more heavy atoms than SERVING_MAX_HEAVY_ATOMS, or "
-                          "RDKit cannot sanitise or standardise the molecule; no applicability domain then)")
-    nearest_similarity: float | None = Field(None, description="applicability domain: Tanimoto similarity (Morgan "
-                                             "radius 2, 2048 bits) to the nearest training molecule (absent when the "
-                                             "version has no training reference: see /v1/monitoring)")
-    in_domain: bool | None = Field(None, description="nearest_similarity >= SERVING_MONITOR_MIN_SIMILARITY: the "
-                                   "training set holds a similar molecule")
-    descriptors_out_of_range: float | None = Field(None, description="share of the model's RDKit descriptors "
-                                                   "outside their training range")
-    error: str | None = Field(None, description="why this SMILES could not be answered")
-
-
-class MoleculeResponse(BaseModel):
-    model: ModelRef
-    predictions: list[MoleculePrediction]
-
-
-class SensorRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    windows: list[Window] = Field(
-        min_length=1,
-        description="windows of time steps, each step one value per channel in the model's channel order "
-                    "(`null` for a missing reading); exactly the model's `window` steps each, see /v1/models; "
-                    "at most SERVING_MAX_ITEMS windows",
-    )
-    unit: Unit | None = Field(None, description="optional: the machine all the windows come from (or `units`)")
-    units: list[Unit] | None = Field(None, description="optional: the machine each window comes from, one per window; "
-                                     "its reference scores the novelty, and with `times` outcomes can later be sent "
-                                     "by unit and time to /v1/feedback")
-    times: list[Time] | None = Field(None, description="optional: each window's time (of its last step) on the unit's "
-                                     "own clock, a number such as a cycle count or Unix seconds, one per window")
-
-    @model_validator(mode="after")
-    def one_unit_and_time_per_window(self) -> "SensorRequest":
-        if self.unit is not None:
-            if self.units is not None:
-                raise ValueError("give `unit` (one for all windows) or `units` (one per window), not both")
-            self.units, self.unit = [self.unit] * len(self.windows), None
-        for name in ("units", "times"):
-            given = getattr(self, name)
-            if given is not None and len(given) != len(self.windows):
-                raise ValueError(f"`{name}` has {len(given)} entries for {len(self.windows)} windows: give one per window")
-        return self
-
-
-class MoleculeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    smiles: list[str] = Field(min_length=1, description="at most SERVING_MAX_ITEMS, each at most SERVING_MAX_SMILES_LENGTH characters")
 
 
 class Interval(BaseModel):

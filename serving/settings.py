@@ -27,7 +27,9 @@ class ServingSettings(BaseSettings):
                                   "answer 403")
     cors_origins: list[str] = Field([], description="origins whose pages may call the API from a browser (JSON list, "
                                     'e.g. ["https://ops.example.com"]); none by default')
-    alias: str = Field("champion", description="registry alias served for both families")
+    families: list[str] = Field(["sensor", "molecule"], min_length=1, description="the families served (JSON list); "
+                                "the service is ready once each has its model")
+    alias: str = Field("champion", description="registry alias served for every family")
     rollout: Literal["off", "shadow", "canary"] = Field("off", description="the `challenger` alias of each family: "
                                                         "off (not loaded), shadow (runs beside every answer, logged "
                                                         "only), canary (answers `canary_share` of the requests)")

@@ -38,7 +38,7 @@ def client(store, store_url):
 
 def written(client: TestClient, store_url: str) -> dict[str, dict]:
     """Every row in the store once the queued ones are written: {id: row with its outcome}."""
-    assert client.app.state.prediction_log.writer.flush(timeout_s=30)
+    assert client.app.state.service.log.writer.flush(timeout_s=30)
     return {row["id"]: row for row in read_predictions(connect(store_url))}
 
 
@@ -189,7 +189,7 @@ def test_units_and_times_are_one_per_window(client, models):
 
 def test_the_log_shows_in_the_metrics(client, models):
     sensor(client, models.test_windows[:1])
-    assert client.app.state.prediction_log.writer.flush(timeout_s=30)
+    assert client.app.state.service.log.writer.flush(timeout_s=30)
     text = client.get("/metrics").text
     written_rows = next(line for line in text.splitlines() if line.startswith("serving_prediction_log_written_rows_total"))
     assert float(written_rows.split()[-1]) >= 1
@@ -204,7 +204,7 @@ def test_a_store_that_cannot_be_written_leaves_the_answers_alone(store, models, 
         for _ in range(3):
             answered = sensor(broken, models.test_windows[:2])
             assert all(p["prediction_id"] and 0 <= p["failure_probability"] <= 1 for p in answered)
-        assert broken.app.state.prediction_log.writer.flush(timeout_s=30)
+        assert broken.app.state.service.log.writer.flush(timeout_s=30)
         text = broken.get("/metrics").text
         assert 'serving_prediction_log_dropped_rows_total{reason="store_error"} 6.0' in text
         refused = broken.post("/v1/feedback", json={"outcomes": [{"prediction_id": answered[0]["prediction_id"],

@@ -54,7 +54,7 @@ def rollout(tmp_path_factory, prefect_api):
             deadline = time.monotonic() + 60
             while len(shadow_rows := read_predictions(connect(shadow_store))) < 2 * SHADOW_REQUESTS * PER_REQUEST:
                 assert time.monotonic() < deadline, len(shadow_rows)
-                client.app.state.prediction_log.writer.flush(timeout_s=5)
+                client.app.state.service.log.writer.flush(timeout_s=5)
                 time.sleep(0.05)
 
         with service(params_file, params.monitor.store_url, "canary", SHARE) as client:
@@ -67,7 +67,7 @@ def rollout(tmp_path_factory, prefect_api):
             # the conftest's server: Prefect read its settings when this module imported it, before the variable
             with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
                 report = monitor(params_file=str(params_file))
-            changes = client.app.state.store.refresh()  # what the next registry poll does
+            changes = client.app.state.service.store.refresh()  # what the next registry poll does
             after = client.get("/v1/models").json()
             after_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(10)]
             registry, name, challenger = MlflowClient(), params.sensor.registry.model_name, str(broken["registered_version"])
@@ -79,7 +79,7 @@ def rollout(tmp_path_factory, prefect_api):
             card = json.loads((folder / "card.json").read_text())
             (folder / "card.json").write_text(json.dumps({**card, "threshold": 0.01}))
             move_alias(registry, name, CHALLENGER, challenger, "test_rollout", "a tampered challenger")
-            tampered = client.app.state.store.refresh()
+            tampered = client.app.state.service.store.refresh()
             tampered_ready = client.get("/ready")
             tampered_answers = [predict(client, stream, i * PER_REQUEST, PER_REQUEST) for i in range(5)]
         yield {"params": params, "client": MlflowClient(), "root": root, "champion": str(champion["registered_version"]),

@@ -168,7 +168,7 @@ BAD_INPUT = [
     ("molecule", {"smiles": []}, 422, "at least 1 item"),
     ("molecule", {"smiles": ["C"] * 9}, 422, "at most 8"),
     ("molecule", {"smiles": ["C" * 41]}, 422, "at most 40"),
-    ("molecule", {"smiles": "CCO"}, 422, "valid list"),
+    ("molecule", {"smiles": "CCO"}, 422, "valid array"),
     ("molecule", '{"smiles": ["CCO"', 400, "not valid JSON"),
     ("molecule", "", 422, "body is empty"),
     ("molecule", {"smiles": ["C" * 30] * 3000}, 413, "larger than"),

@@ -111,7 +111,7 @@ def test_each_molecule_answer_carries_its_applicability_domain(store, tmp_path):
         domain = body["families"]["molecule"]["domain"]
         assert domain["out_of_domain"] == 0.5 and domain["min_similarity"] == 0.3 and not domain["alarm"]
         assert 'serving_out_of_domain_share{family="molecule"} 0.5' in client.get("/metrics").text
-        assert client.app.state.prediction_log.writer.flush(timeout_s=30)
+        assert client.app.state.service.log.writer.flush(timeout_s=30)
         rows = {row["id"]: row for row in read_predictions(connect(f"sqlite:///{tmp_path / 'predictions.db'}"))}
         stored = rows[foreign["prediction_id"]]
         assert stored["input_summary"]["in_domain"] is False

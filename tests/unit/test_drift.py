@@ -1,5 +1,5 @@
 """The statistics the service computes live (models/drift.py, models/quality.py) against scipy and scikit-learn,
-and the applicability domain of single molecules (serving/domain.py)."""
+and the applicability domain of single molecules (serving/families/molecule/domain.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from data.molecules.standardize import parse_smiles
 from models.drift import FINGERPRINT_BITS, ks_statistic, morgan_fingerprint, nearest_similarity
 from models.monitoring import molecule_reference
 from models.quality import average_precision, brier_score, interval_coverage, rmse
-from serving.domain import assess, unusable
+from serving.families.molecule.domain import assess, unusable
 
 BYTES = FINGERPRINT_BITS // 8
 

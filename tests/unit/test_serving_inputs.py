@@ -11,7 +11,9 @@ import pytest
 from mlflow import MlflowClient
 
 from contract.manifest import load_signing_key
-from serving.inputs import BadInput, check_count, check_smiles, sensor_windows
+from serving.families.molecule import check_smiles
+from serving.families.sensor.inputs import sensor_windows
+from serving.inputs import BadInput, check_count
 
 CARD = {"channels": ["a", "b"], "window": 3}
 

@@ -10,7 +10,9 @@ from flows.config import MonitorConfig
 from models.drift import window_means
 from models.monitoring import sensor_reference
 from serving.loading import LoadedModel
-from serving.monitoring import MoleculeInputs, SensorInputs, domain_report, outcome_report, sensor_drift_report
+from serving.families.molecule.monitoring import MoleculeInputs, domain_report
+from serving.families.sensor.monitoring import SensorInputs, sensor_drift_report
+from serving.monitoring import outcome_report
 from serving.settings import ServingSettings
 
 CHANNELS = ["vibration", "temperature", "pressure"]
@@ -121,6 +123,7 @@ class _Store:
 def test_a_store_that_cannot_be_read_keeps_the_last_outcome_figures_with_a_note(tmp_path):
     from contract.prediction_store import connect, insert_predictions, record_outcomes, utc_now
     from serving.metrics import ServiceMetrics
+    from serving.families.molecule import MoleculeFamily
     from serving.monitoring import Monitor
     from serving.prediction_log import PredictionLog
 
@@ -133,7 +136,8 @@ def test_a_store_that_cannot_be_read_keeps_the_last_outcome_figures_with_a_note(
     record_outcomes(connect(url), {"a" * 32: ("molecule", 3.0)})
     settings = ServingSettings(prediction_store=url)
     metrics = ServiceMetrics()
-    monitor = Monitor(_Store(model), settings, metrics, PredictionLog.from_settings(settings, metrics))
+    monitor = Monitor(_Store(model), settings, metrics, PredictionLog.from_settings(settings, metrics),
+                      {"molecule": MoleculeFamily(settings, metrics)})
     monitor.refresh()
     first = monitor.answer()["families"]["molecule"]
     assert first["outcomes"]["metrics"] == {"rmse": 2.0} and first["notes"][0].startswith("no applicability domain")

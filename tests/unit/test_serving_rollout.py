@@ -30,47 +30,74 @@ class Store:
         return self.challengers.get(family)
 
 
+@dataclass
+class Windows:
+    """A request's items as the sensor family has them: windows (n, T, C) and each one's unit."""
+
+    windows: np.ndarray
+    units: list | None = None
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+
+class Family:
+    """The parts of a served family the rollout uses."""
+
+    name = "sensor"
+
+    def joined(self, items):
+        return Windows(np.concatenate([i.windows for i in items]),
+                       [u for i in items for u in (i.units or [None] * len(i))])
+
+    def failed_answers(self, items):
+        return [{} for _ in range(len(items))]
+
+
 class Models:
-    """Answers as the champion (v1) or challenger (v2); the challenger fails or waits when told to."""
+    """Answers as the champion (v1) or challenger (v2), one answer per window (its probability the window's first
+    reading); the challenger fails or waits when told to."""
 
     def __init__(self, challenger_fails: bool = False):
         self.challenger_fails, self.release = challenger_fails, asyncio.Event()
-        self.challenger_calls: list[int] = []  # items per challenger call of predict_windows
+        self.challenger_calls: list[int] = []  # items per challenger call
         self.challenger_units: list = []  # the windows' units per challenger call
+        self.families = {"sensor": Family()}
 
     def model_of(self, family, role):
         return Model("1", "champion") if role == "champion" else Model("2", "challenger")
 
-    async def predict(self, role):
+    async def predict(self, family, items, role):
         if role == "challenger":
+            self.challenger_calls.append(len(items))
+            self.challenger_units.append(items.units)
             if self.challenger_fails:
                 raise RuntimeError("broken challenger")
             await self.release.wait()
-        return [{"failure_probability": 0.5}], self.model_of("sensor", role)
+        return [{"failure_probability": float(w[0, 0])} for w in items.windows], self.model_of("sensor", role)
 
-    async def predict_windows(self, windows, role, units=None):
-        """The shadow path: one answer per window, its probability the window's first reading."""
-        if role == "challenger":
-            self.challenger_calls.append(len(windows))
-            self.challenger_units.append(units)
-            if self.challenger_fails:
-                raise RuntimeError("broken challenger")
-            await self.release.wait()
-        return [{"failure_probability": float(w[0, 0])} for w in windows], self.model_of("sensor", role)
+
+class Log:
+    def __init__(self, recorded: list):
+        self.recorded = recorded
+
+    def record(self, family, items, answers, model, call):
+        self.recorded.append((model.version, call, answers))
+
+
+class Monitor:
+    def record(self, family, items, answers, model):
+        pass
 
 
 def rollout(mode: str, models: Models, **settings) -> tuple[Rollout, list, ServiceMetrics]:
     metrics, recorded = ServiceMetrics(), []
-    serving = Rollout(ServingSettings(rollout=mode, **settings), Store(), models, None, metrics)
+    serving = Rollout(ServingSettings(rollout=mode, **settings), Store(), models, Log(recorded), metrics, Monitor())
     return serving, recorded, metrics
 
 
-def record_into(recorded: list):
-    return lambda answers, model, call: recorded.append((model.version, call, answers))
-
-
-def window(value: float) -> np.ndarray:
-    return np.full((1, 4, 2), value, dtype=np.float32)
+def window(value: float, units: list | None = None) -> Windows:
+    return Windows(np.full((1, 4, 2), value, dtype=np.float32), units)
 
 
 def count(metrics: ServiceMetrics, name: str, **labels) -> float:
@@ -90,8 +117,7 @@ def test_the_canary_choice_is_fixed_by_the_request_id_and_takes_its_share():
 def test_a_failed_canary_call_is_logged_and_counted_and_the_champion_answers():
     models = Models(challenger_fails=True)
     serving, recorded, metrics = rollout("canary", models, canary_share=1.0)
-    answers, model = asyncio.run(serving._serve("sensor", window(0), models.predict, record_into(recorded),
-                                                lambda: [{}]))
+    answers, model = asyncio.run(serving.serve(Family(), window(0.5)))
     assert model.version == "1" and answers == [{"failure_probability": 0.5}]
     (failed_version, failed, _), (answered_version, answered, _) = recorded
     assert (failed_version, failed.role, failed.failed) == ("2", "challenger", True)
@@ -106,8 +132,7 @@ def test_requests_in_shadow_are_bounded_run_together_and_logged_under_each_answe
         models = Models()
         serving, recorded, metrics = rollout("shadow", models, shadow_max_pending=3)
         for i in range(5):
-            _, model = await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}],
-                                            units=None if i == 1 else [f"pump-{i}"])
+            _, model = await serving.serve(Family(), window(i, None if i == 1 else [f"pump-{i}"]))
             assert model.version == "1"  # answered without waiting for the shadow
         assert len(recorded) == 5 and count(metrics, "serving_shadow_dropped_total", family="sensor") == 2
         models.release.set()
@@ -133,7 +158,7 @@ def test_a_failed_shadow_call_is_logged_for_each_request_and_counted():
         models = Models(challenger_fails=True)
         serving, recorded, metrics = rollout("shadow", models)
         for i in range(2):
-            await serving._serve("sensor", window(i), models.predict, record_into(recorded), lambda: [{}])
+            await serving.serve(Family(), window(i))
         deadline = asyncio.get_running_loop().time() + 10
         while len(recorded) < 4:
             assert asyncio.get_running_loop().time() < deadline, recorded

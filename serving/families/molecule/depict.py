@@ -12,10 +12,11 @@ from concurrent.futures.process import BrokenProcessPool
 from rdkit.Chem.Draw import rdMolDraw2D
 
 from data.molecules.standardize import InvalidSmilesError, parse_smiles
+from serving.errors import RetryLater
 from serving.inputs import BadInput
 
 
-class DepictionBroken(RuntimeError):
+class DepictionBroken(RetryLater):
     """The drawing process died (it is replaced); the request should be retried."""
 
 
@@ -48,7 +49,7 @@ class Depicter:
 
     def _new_pool(self) -> ProcessPoolExecutor:
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["serving.depict"])
+        context.set_forkserver_preload(["serving.families.molecule.depict"])
         return ProcessPoolExecutor(self.workers, mp_context=context, initializer=_ignore_interrupts)
 
     async def svg(self, smiles: str) -> str:

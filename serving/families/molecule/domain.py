@@ -2,7 +2,7 @@
 reference, contract/reference.py): the Tanimoto similarity to the nearest training molecule, `in_domain` when
 that reaches SERVING_MONITOR_MIN_SIMILARITY, and the share of its descriptors outside the training range.
 
-The fingerprints are made with the graphs in the featurisation workers (serving/featurizing.py); the comparison
+The fingerprints are made with the graphs in the featurisation workers (serving/families/molecule/featurizing.py); the comparison
 runs in the model thread, after the model call (models/drift.py)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Molecule featurisation off the event loop: SMILES -> MolGraph and Morgan fingerprint (for the applicability
-domain, serving.domain) in a pool of worker processes, interleaved fairly between requests (serving.batching),
+domain, serving.families.molecule.domain) in a pool of worker processes, interleaved fairly between requests (serving.batching),
 with a byte-bounded cache of recent answers."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from data.molecules.featurize import MolGraph, featurize_mol, smiles_view_only
 from data.molecules.standardize import parse_smiles, standardize_mol
 from models.drift import morgan_fingerprint
 from serving.batching import Batcher
+from serving.errors import RetryLater
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Molecule:
 Featurized = Molecule | str  # the molecule, or why the SMILES could not be featurised
 
 
-class FeaturizerBroken(RuntimeError):
+class FeaturizerBroken(RetryLater):
     """A worker process died (its pool is replaced); the requests it held should be retried."""
 
 

@@ -30,7 +30,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from contract.prediction_store import create_despite_others, utc_now
 from models.predictors import UnitReference
 from serving.errors import BODY_ERRORS, error_responses
-from serving.inputs import check_count, sensor_windows
+from serving.families.sensor.inputs import sensor_windows
+from serving.inputs import check_count
 from serving.loading import LoadedModel
 from serving.schemas import Window
 
