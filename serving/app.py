@@ -89,7 +89,7 @@ def _close_on_signals(close: Callable[[], None]) -> Callable[[], None]:
 def freeze_long_lived() -> None:
     """Move every object alive now (the libraries, the loaded models) out of the garbage collector's sight. Under
     load the full collections otherwise walked them all, 140-260 ms each every two seconds with nothing to free,
-    and every request waiting at that moment waited as long (docs/serving.md)."""
+    and every request waiting at that moment waited as long (docs/decisions/0014-serving-timeout-workers-gc.md)."""
     gc.collect()
     gc.freeze()
 
@@ -182,7 +182,7 @@ def create_app(settings: ServingSettings | None = None, store: ModelStore | None
         restore_signals()
 
     app = FastAPIOffline(title="failsafe-ml serving", version="1", lifespan=lifespan,
-                         description="Champion models from the MLflow registry on ONNX Runtime. See docs/serving.md.")
+                         description="Champion models from the MLflow registry on ONNX Runtime. See docs/reference/api.md.")
     app.state.service = service
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=service.metrics)

@@ -3,10 +3,10 @@ blocks the caller, a sender thread that sends them in batches into a socket, and
 (serving.log_process) that builds the rows, inserts them and prunes the store now and then.
 
 The rows are built and written in their own process, not in a thread of the service: Python runs one thread at a
-time, and a writer thread turning rows into SQL held the event loop back far beyond its share of the CPU (at 32
-clients it multiplied the service's p99 latency by 13, docs/serving.md). A record pickles as a few bytes per
-window (serving.log_rows), and pickled it holds no objects for the garbage collector to walk while it waits; a
-receiver thread turns the writer's acknowledgements into metrics and log lines.
+time, and a writer thread turning rows into SQL held the event loop back far beyond its share of the CPU
+(docs/decisions/0011-prediction-log-design.md). A record pickles as a few bytes per window (serving.log_rows),
+and pickled it holds no objects for the garbage collector to walk while it waits; a receiver thread turns the
+writer's acknowledgements into metrics and log lines.
 
 A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes),
 so one transaction carries many predictions. A full queue drops the new rows; a store that cannot be written

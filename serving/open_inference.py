@@ -1,6 +1,6 @@
 """The Open Inference Protocol (KServe v2, Triton's HTTP/REST) over the same models, limits, deadlines and API key
 as /v1: health, server and model metadata, and inference on named tensors sent as JSON or as binary data (Triton's
-binary tensor data extension). docs/serving.md lists the tensors and the choices made for missing readings and
+binary tensor data extension). docs/reference/api.md lists the tensors and the choices made for missing readings and
 failed molecules."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
   champion answers the request instead.
 
 Every call is timed and counted per family and role (serving.metrics), and its latency and failure go into its
-rows of the prediction store, for the rollout judge of the `monitor` flow (docs/monitoring.md).
+rows of the prediction store, for the rollout judge of the `monitor` flow (docs/how-to/monitor.md).
 """
 
 from __future__ import annotations

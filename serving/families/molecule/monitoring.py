@@ -14,7 +14,7 @@ from serving.settings import ServingSettings
 
 
 class MoleculeInputs:
-    """The applicability domain (serving.domain) of the last `size` molecules answered, with the version that
+    """The applicability domain (serving/families/molecule/domain.py) of the last `size` molecules answered, with the version that
     answered each."""
 
     def __init__(self, size: int):
