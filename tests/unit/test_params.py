@@ -181,3 +181,13 @@ def test_the_tuned_file_goes_on_top_of_params_and_a_bad_key_names_the_file(tmp_p
     (tmp_path / "tuned" / "sensor.yaml").write_text("- 1\n")
     with pytest.raises(ParamsError, match="must be a mapping of dotted keys"):
         with_tuned(params, "sensor", tmp_path)
+
+
+def test_the_params_reference_documents_every_setting():
+    """docs/reference/params.md has a table row for every setting, under its section's heading."""
+    reference = (PROJECT / "docs" / "reference" / "params.md").read_text()
+    sections = {heading: body for heading, body in
+                (part.split("`\n", 1) for part in reference.split("\n### `")[1:])}
+    missing = [key for key in settings(Params())
+               if f"| `{key.rsplit('.', 1)[1]}` |" not in sections.get(key.rsplit(".", 1)[0], "")]
+    assert missing == [], "settings without a row in docs/reference/params.md"
