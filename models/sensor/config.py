@@ -115,9 +115,8 @@ class SensorFinetuneConfig(FinetuneConfig):
     warmup_epochs: WarmupEpochs = 1
     final_lr_ratio: FinalLrRatio = 0.05
     loss: LossConfig = Field(default_factory=LossConfig)
-    sampling: Literal["none", "balanced", "weighted", "uncertainty"] = Field(
-        "none", description="balanced: class-aware batches (prior shift, corrected by calibration); weighted: "
-        "inverse-frequency loss weights; uncertainty: as weighted, and minority windows weighed by the model's "
+    sampling: Literal["none", "uncertainty"] = Field(
+        "none", description="uncertainty: inverse-frequency loss weights, and minority windows weighed by the model's "
         "confidence in them (models/sensor/sampling.py)")
     uncertainty_passes: int = Field(4, ge=2, description="sampling=uncertainty: MC-dropout passes over the training "
                                     "windows before each epoch after the first (their spread is the uncertainty)")

@@ -22,15 +22,6 @@ def inverse_frequency(y: np.ndarray) -> np.ndarray:
     return np.where(positive, len(y) / (2 * positive.sum()), len(y) / (2 * (~positive).sum())).astype(np.float32)
 
 
-def balanced_draws(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """len(y) draws with replacement, each class equally likely (a permutation when y holds one class)."""
-    positive = np.asarray(y) > 0.5
-    if positive.all() or not positive.any():
-        return rng.permutation(len(y))
-    p = np.where(positive, 0.5 / positive.sum(), 0.5 / (~positive).sum())
-    return rng.choice(len(y), size=len(y), replace=True, p=p / p.sum())
-
-
 def confidence_factors(y: np.ndarray, uncertainty: np.ndarray) -> np.ndarray:
     """(n,) factors: on the minority class 1 / (1 + u_i / mean u), rescaled to mean 1 there (a minority window the
     model is sure of counts more than one it is unsure of, likely mislabelled); 1 on the majority class."""
@@ -48,14 +39,6 @@ def _none(y, rng, uncertainty):
     return rng.permutation(len(y)), np.ones(len(y), np.float32)
 
 
-def _balanced(y, rng, uncertainty):
-    return balanced_draws(y, rng), np.ones(len(y), np.float32)
-
-
-def _weighted(y, rng, uncertainty):
-    return rng.permutation(len(y)), inverse_frequency(y)
-
-
 def _uncertainty(y, rng, uncertainty):
     weights = inverse_frequency(y)
     if uncertainty is not None:
@@ -65,7 +48,5 @@ def _uncertainty(y, rng, uncertainty):
 
 SAMPLINGS: dict[str, Callable[[np.ndarray, np.random.Generator, Uncertainty], tuple[np.ndarray, np.ndarray]]] = {
     "none": _none,            # a permutation, equal weights
-    "balanced": _balanced,    # class-aware batches (a prior shift, which calibration on validation corrects)
-    "weighted": _weighted,    # inverse-frequency loss weights
     "uncertainty": _uncertainty,  # inverse-frequency weights, minority windows weighed by the model's confidence
 }

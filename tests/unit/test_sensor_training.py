@@ -23,7 +23,7 @@ def data(n=96, c=2, t=16, seed=0):
 
 
 def finetune_cfg(**kw):
-    base = dict(epochs=4, batch_size=32, lr=0.01, patience=10, ensemble_size=2, sampling="balanced",
+    base = dict(epochs=4, batch_size=32, lr=0.01, patience=10, ensemble_size=2, sampling="uncertainty",
                 mixup_alpha=0.4, small_loss_drop=0.1, loss={"terms": {"focal": 1.0, "gce": 0.5}})
     return SensorFinetuneConfig(**{**base, **kw})
 
