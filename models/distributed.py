@@ -7,16 +7,16 @@ NCCL on GPUs (one per process, cuda:LOCAL_RANK).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class DistributedContext:
     """This process's place in a torchrun job."""
 
@@ -54,10 +54,15 @@ class DistributedContext:
         return tensor[self.rank * rows:(self.rank + 1) * rows]
 
     def shard_batch(self, batch):
-        """Shard a batch: a tensor (B, ...), or a tuple/list whose tensors with B rows (B: the first tensor's
-        length) are sharded and whose other elements pass as they are. None when B < world_size (no rows)."""
+        """Shard a batch: a tensor (B, ...), or a tuple/list (or dataclass: its fields in order) whose tensors with B
+        rows (B: the first tensor's length) are sharded and whose other elements pass as they are. None when
+        B < world_size (no rows)."""
         if isinstance(batch, torch.Tensor):
             return self.shard(batch) if len(batch) >= self.world_size else None
+        if dataclasses.is_dataclass(batch):
+            names = [f.name for f in dataclasses.fields(batch)]
+            values = self.shard_batch(tuple(getattr(batch, name) for name in names))
+            return None if values is None else dataclasses.replace(batch, **dict(zip(names, values)))
         rowed = [isinstance(a, torch.Tensor) and a.ndim > 0 for a in batch]
         if not any(rowed):
             raise ValueError("a batch to shard needs a tensor with a batch dimension")

@@ -14,9 +14,63 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
+from models.config import FinetuneConfig
 from models.device import autocast
 from models.distributed import DistributedContext
+from models.schedules import lr_factor
 from models.serialization import load_state, save_state
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """How `train` trains.
+
+    epochs: the most epochs; lr: AdamW's learning rate, times lr_schedule(epoch) where given (a function of the epoch
+    alone, so a resumed run follows the same schedule; None: constant); weight_decay: AdamW's decoupled weight decay;
+    patience: that many epochs in a row without a better validation score end training (0: the first does; None:
+    never); max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping);
+    weight_average: the decay per optimiser step of an exponential moving average of the weights (torch's
+    AveragedModel; 0: off): validation then scores the averaged weights, and they are the ones kept; desc: the
+    progress bar's label.
+    """
+
+    epochs: int
+    lr: float
+    weight_decay: float = 0.0
+    patience: int | None = None
+    lr_schedule: Callable[[int], float] | None = None
+    max_grad_norm: float | None = None
+    weight_average: float = 0.0
+    desc: str = "train"
+
+    @classmethod
+    def from_finetune(cls, cfg: FinetuneConfig, desc: str) -> TrainingSettings:
+        """A family's fine-tuning config (its epochs, patience and learning-rate schedule included)."""
+        epochs, schedule, warmup, final = cfg.epochs, cfg.lr_schedule, cfg.warmup_epochs, cfg.final_lr_ratio
+        return cls(epochs=epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, patience=cfg.patience,
+                   lr_schedule=lambda epoch: lr_factor(schedule, epoch, epochs, warmup, final),
+                   max_grad_norm=cfg.max_grad_norm, weight_average=cfg.weight_average, desc=desc)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A file `train` writes after every epoch (model, optimiser, torch RNG, weight average, early-stopping state)
+    and resumes from when it holds the same `key` (describe the data and settings there); one with another key is
+    ignored. A file holding Python objects besides tensors and plain data is refused, never loaded
+    (models/serialization.py: UnsafeFileError, delete it to train from scratch)."""
+
+    path: Path
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class TrainingHooks:
+    """The loop's calls into its caller. on_epoch(epoch, validation score): after each validated epoch; an exception
+    it raises ends training there and propagates (a tuner stops a trial that way). after_step(): after each
+    optimiser step (an EMA teacher follows its student there)."""
+
+    on_epoch: Callable[[int, float], None] | None = None
+    after_step: Callable[[], None] | None = None
 
 
 @dataclass
@@ -50,33 +104,20 @@ def train(
     batches: Callable[[int], Iterable],
     loss_step: Callable[[torch.nn.Module, object], torch.Tensor],
     validate: Callable[[torch.nn.Module], float] | None,
+    settings: TrainingSettings,
     *,
-    epochs: int,
-    lr: float,
-    weight_decay: float = 0.0,
-    patience: int | None = None,
     device: torch.device,
-    desc: str = "train",
-    checkpoint: str | Path | None = None,
-    checkpoint_key: str = "",
+    checkpoint: Checkpoint | None = None,
     distributed: DistributedContext | None = None,
-    lr_schedule: Callable[[int], float] | None = None,
-    max_grad_norm: float | None = None,
-    on_epoch: Callable[[int, float], None] | None = None,
-    after_step: Callable[[], None] | None = None,
-    weight_average: float = 0.0,
+    hooks: TrainingHooks = TrainingHooks(),
 ) -> TrainResult:
     """Train `model` in place and leave it holding the weights of its best validation epoch.
 
     batches(epoch) yields training batches; loss_step(model, batch) returns a scalar loss;
     validate(model) returns a score, higher is better (None: keep the last epoch).
 
-    checkpoint: a file written after every epoch (model, optimiser, torch RNG, early-stopping state).
-    When it exists with the same `checkpoint_key` (describe the data and settings there), training
-    resumes after its last epoch and ends as an uninterrupted run would, provided batches(epoch)
-    depends only on the epoch (seed it from the epoch). A checkpoint with another key is ignored.
-    A checkpoint that holds Python objects besides tensors and plain data is refused, never loaded
-    (models/serialization.py: UnsafeFileError, delete it to train from scratch).
+    checkpoint: resume from it and write it after every epoch; a resumed run ends as an uninterrupted run would,
+    provided batches(epoch) depends only on the epoch (seed it from the epoch).
 
     distributed: train data-parallel inside a torchrun process group (pass its device as `device`).
     Every rank must get the same global batches from batches(epoch); each runs loss_step on its own
@@ -86,99 +127,126 @@ def train(
     otherwise (a weighted mean, dropping the largest losses) is then normalised per shard instead.
     train_loss is averaged over ranks; rank 0 validates and broadcasts its score, so every rank stops
     at the same epoch with the same weights; rank 0 alone writes the checkpoint (a path all can read).
-
-    lr_schedule: epoch -> factor; the learning rate of that epoch is lr * factor (None: constant lr). A function
-    of the epoch alone, so a resumed run follows the same schedule.
-    max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping).
-    on_epoch: called with (epoch, validation score) after each validated epoch; an exception it raises ends
-    training there and propagates (a tuner stops a trial that way).
-    after_step: called after each optimiser step (an EMA teacher follows its student there).
-    weight_average: the decay per optimiser step of an exponential moving average of the weights (torch's
-    AveragedModel; 0: off). Validation then scores the averaged weights, and they are the ones kept.
     """
-    model.to(device)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
-    result = TrainResult()
-    best_state = None
-    average = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(weight_average)) if weight_average else None
-    stale, start, stopped = 0, 0, False
-    checkpoint = Path(checkpoint) if checkpoint is not None else None
-    if checkpoint is not None and checkpoint.exists():
-        state = load_state(checkpoint, "delete it to train from scratch")
-        if state.get("key") == checkpoint_key:
-            model.load_state_dict(state["model"])
-            optimiser.load_state_dict(state["optimiser"])
-            if average is not None:
-                average.load_state_dict(state["average"])
-            _set_rng_state(state["rng"], device)
-            result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
-            best_state, stale, stopped = state["best_state"], state["stale"], state["stopped"]
-            start = state["epoch"] + 1
-    main = distributed is None or distributed.is_main
-    net = model if distributed is None else DistributedDataParallel(model)
-    progress = tqdm(range(start, epochs), desc=desc, unit="epoch", leave=False, disable=not main)
+    loop = _Loop(model, settings, device, distributed, hooks, checkpoint)
+    progress = tqdm(range(loop.start, settings.epochs), desc=settings.desc, unit="epoch", leave=False,
+                    disable=not loop.main)
     for epoch in progress:
-        if stopped:
+        if loop.stopped:
             break
+        record = {"epoch": epoch, "train_loss": loop.train_epoch(batches, loss_step, epoch)}
+        if validate is not None:
+            record["val_score"] = loop.validate(validate, epoch)
+        loop.result.history.append(record)
+        if hooks.on_epoch is not None and validate is not None:
+            hooks.on_epoch(epoch, record["val_score"])
+        progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
+        # `patience` epochs in a row without improvement end training (0: the first one does)
+        loop.stopped = settings.patience is not None and loop.stale >= max(settings.patience, 1)
+        loop.save(epoch)
+    return loop.finish()
+
+
+class _Loop:
+    """One run of `train`: the model and its DDP wrapper, the optimiser, the weight average and the early-stopping
+    state (resumed from the checkpoint where it matches)."""
+
+    def __init__(self, model: torch.nn.Module, settings: TrainingSettings, device: torch.device,
+                 distributed: DistributedContext | None, hooks: TrainingHooks, checkpoint: Checkpoint | None):
+        model.to(device)
+        self.model, self.settings, self.device, self.distributed, self.hooks = model, settings, device, distributed, hooks
+        self.checkpoint = checkpoint
+        self.optimiser = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+        self.result = TrainResult()
+        self.best_state: dict | None = None
+        self.average = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(settings.weight_average))
+                        if settings.weight_average else None)
+        self.stale, self.start, self.stopped = 0, 0, False
+        if checkpoint is not None and checkpoint.path.exists():
+            self._resume(load_state(checkpoint.path, "delete it to train from scratch"))
+        self.main = distributed is None or distributed.is_main
+        self.net = model if distributed is None else DistributedDataParallel(model)
+
+    def _resume(self, state: dict) -> None:
+        if state.get("key") != self.checkpoint.key:
+            return
+        self.model.load_state_dict(state["model"])
+        self.optimiser.load_state_dict(state["optimiser"])
+        if self.average is not None:
+            self.average.load_state_dict(state["average"])
+        _set_rng_state(state["rng"], self.device)
+        self.result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
+        self.best_state, self.stale, self.stopped = state["best_state"], state["stale"], state["stopped"]
+        self.start = state["epoch"] + 1
+
+    def train_epoch(self, batches: Callable[[int], Iterable], loss_step: Callable, epoch: int) -> float:
+        """One pass over batches(epoch); the mean training loss (over ranks too)."""
+        model, optimiser, settings = self.model, self.optimiser, self.settings
         model.train()
-        if lr_schedule is not None:
+        if settings.lr_schedule is not None:
             for group in optimiser.param_groups:
-                group["lr"] = lr * float(lr_schedule(epoch))
+                group["lr"] = settings.lr * float(settings.lr_schedule(epoch))
         total, count = 0.0, 0
         for batch in batches(epoch):
-            if distributed is not None:
-                batch = distributed.shard_batch(batch)
+            if self.distributed is not None:
+                batch = self.distributed.shard_batch(batch)
                 if batch is None:
                     continue
             optimiser.zero_grad(set_to_none=True)
-            with autocast(device):
-                loss = loss_step(net, batch)
+            with autocast(self.device):
+                loss = loss_step(self.net, batch)
             loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+            if settings.max_grad_norm is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimiser.step()
-            if average is not None:
-                average.update_parameters(model)
-            if after_step is not None:
-                after_step()
+            if self.average is not None:
+                self.average.update_parameters(model)
+            if self.hooks.after_step is not None:
+                self.hooks.after_step()
             total += float(loss.detach())
             count += 1
-        record = {"epoch": epoch, "train_loss": total / max(count, 1)}
-        if distributed is not None:
-            record["train_loss"] = distributed.all_reduce_mean(record["train_loss"])
-        if validate is not None:
-            scored = model if average is None else _averaged(average, model)
-            scored.eval()
-            with torch.no_grad():
-                score = float(validate(scored)) if main else 0.0  # the other ranks take rank 0's score
-            record["val_score"] = score if distributed is None else distributed.broadcast(score)
-            if record["val_score"] > result.best_score:
-                result.best_score, result.best_epoch = record["val_score"], epoch
-                best_state = copy.deepcopy(scored.state_dict())
-                stale = 0
-            else:
-                stale += 1
-        result.history.append(record)
-        if on_epoch is not None and validate is not None:
-            on_epoch(epoch, record["val_score"])
-        progress.set_postfix({k: round(v, 4) for k, v in record.items() if k != "epoch"})
-        # `patience` epochs in a row without improvement end training (0: the first one does)
-        stopped = patience is not None and stale >= max(patience, 1)
-        if checkpoint is not None and main:
-            save_state({"key": checkpoint_key, "epoch": epoch, "model": model.state_dict(),
-                        "optimiser": optimiser.state_dict(), "rng": _rng_state(device),
-                        "average": None if average is None else average.state_dict(),
-                        "history": result.history, "best_score": result.best_score,
-                        "best_epoch": result.best_epoch, "best_state": best_state, "stale": stale,
-                        "stopped": stopped}, checkpoint)
-        if checkpoint is not None and distributed is not None:
-            distributed.barrier()
-    if best_state is None and average is not None:  # no validation: the last epoch's averaged weights
-        best_state = _averaged(average, model).state_dict()
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    model.eval()
-    return result
+        mean = total / max(count, 1)
+        return mean if self.distributed is None else self.distributed.all_reduce_mean(mean)
+
+    def validate(self, validate: Callable[[torch.nn.Module], float], epoch: int) -> float:
+        """The epoch's validation score (rank 0's, on every rank); a better one keeps these weights."""
+        scored = self.model if self.average is None else _averaged(self.average, self.model)
+        scored.eval()
+        with torch.no_grad():
+            score = float(validate(scored)) if self.main else 0.0  # the other ranks take rank 0's score
+        score = score if self.distributed is None else self.distributed.broadcast(score)
+        if score > self.result.best_score:
+            self.result.best_score, self.result.best_epoch = score, epoch
+            self.best_state = copy.deepcopy(scored.state_dict())
+            self.stale = 0
+        else:
+            self.stale += 1
+        return score
+
+    def save(self, epoch: int) -> None:
+        """The checkpoint after `epoch` (rank 0 writes it, every rank waits for it)."""
+        if self.checkpoint is None:
+            return
+        if self.main:
+            save_state({"key": self.checkpoint.key, "epoch": epoch, "model": self.model.state_dict(),
+                        "optimiser": self.optimiser.state_dict(), "rng": _rng_state(self.device),
+                        "average": None if self.average is None else self.average.state_dict(),
+                        "history": self.result.history, "best_score": self.result.best_score,
+                        "best_epoch": self.result.best_epoch, "best_state": self.best_state, "stale": self.stale,
+                        "stopped": self.stopped}, self.checkpoint.path)
+        if self.distributed is not None:
+            self.distributed.barrier()
+
+    def finish(self) -> TrainResult:
+        """The model with its best weights (without validation: the last epoch's, averaged where they are), in eval
+        mode."""
+        best_state = self.best_state
+        if best_state is None and self.average is not None:
+            best_state = _averaged(self.average, self.model).state_dict()
+        if best_state is not None:
+            self.model.load_state_dict(best_state)
+        self.model.eval()
+        return self.result
 
 
 def _averaged(average: AveragedModel, model: torch.nn.Module) -> torch.nn.Module:

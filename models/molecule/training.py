@@ -5,7 +5,7 @@ A molecule is a MolGraph plus the token ids of its canonical SMILES (None: over-
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,8 +23,7 @@ from models.mc_dropout import sample_dropout
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
 from models.molecule.distances import MAX_DISTANCE, distance_pairs
 from models.molecule.network import MoleculeNet, MoleculePretrainer
-from models.schedules import lr_factor
-from models.training import TrainResult, train
+from models.training import TrainingHooks, TrainingSettings, TrainResult, train
 
 
 @dataclass
@@ -47,6 +46,16 @@ class Molecules:
 
     def subset(self, idx) -> Molecules:
         return Molecules([self.graphs[i] for i in idx], [self.tokens[i] for i in idx])
+
+
+@dataclass(frozen=True)
+class MoleculeBatch:
+    """One fine-tuning batch of B molecules, on the training device: `inputs`, MoleculeNet's tensors in MODEL_INPUTS
+    order (the batch's graphs, SMILES tokens and descriptors: data/molecules/featurize.batch_inputs), and `y` (B,)
+    float32 targets (standardised values, or 0/1)."""
+
+    inputs: list[torch.Tensor]
+    y: torch.Tensor
 
 
 def bucketed_batches(molecules: Molecules, batch_size: int, seed: int, bucket: int = 8):
@@ -140,8 +149,8 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
         total, parts = net(*batch)
         return total
 
-    result = train(objective, batches, step, None, epochs=cfg.epochs, lr=cfg.lr, device=device,
-                   desc="pretrain molecule")
+    result = train(objective, batches, step, None,
+                   TrainingSettings(epochs=cfg.epochs, lr=cfg.lr, desc="pretrain molecule"), device=device)
     return model.cpu(), result
 
 
@@ -223,10 +232,10 @@ def finetune_member(
     rng = np.random.default_rng(seed)
     dropout = cfg.modality_dropout if model_cfg.modalities == "fused" else 0.0
 
-    def batches(epoch: int):
+    def batches(epoch: int) -> Iterator[MoleculeBatch]:
         for idx in bucketed_batches(train_data, cfg.batch_size, seed * 1000 + epoch):
             arrays = model_arrays(train_data.subset(idx), rng, cfg.sign_flip, dropout, cfg.descriptor_dropout)
-            yield tensors(arrays, device), targets[idx].to(device)
+            yield MoleculeBatch(tensors(arrays, device), targets[idx].to(device))
 
     def validate(net) -> float:
         raw = predict_raw(net, val_data, device)
@@ -234,11 +243,7 @@ def finetune_member(
             return -float(np.sqrt(np.mean((raw - val_y) ** 2)))
         return float(roc_auc_score(val_y, raw))
 
-    result = train(model, batches, lambda net, batch: loss_fn(net(*batch[0]).float(), batch[1]), validate,
-                   epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, patience=cfg.patience,
-                   device=device, desc=f"finetune molecule member (seed {seed})",
-                   lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs,
-                                                       cfg.final_lr_ratio),
-                   max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
-                   weight_average=cfg.weight_average)
+    result = train(model, batches, lambda net, batch: loss_fn(net(*batch.inputs).float(), batch.y), validate,
+                   TrainingSettings.from_finetune(cfg, f"finetune molecule member (seed {seed})"), device=device,
+                   hooks=TrainingHooks(on_epoch=on_epoch))
     return model.cpu(), result

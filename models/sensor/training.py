@@ -11,8 +11,9 @@ Every random choice of an epoch is seeded from (seed, epoch), so a resumed run r
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -29,8 +30,7 @@ from models.sensor.config import SensorFinetuneConfig, SensorModelConfig, Sensor
 from models.sensor.sampling import SAMPLINGS
 from models.sensor.network import ContrastiveModel, MaskedReconstruction, SensorClassifier, SensorEncoder, random_spans
 from models.sensor.teacher import MeanTeacher, ramp_up
-from models.schedules import lr_factor
-from models.training import TrainResult, train
+from models.training import Checkpoint, TrainingHooks, TrainingSettings, TrainResult, train
 
 MASK_SPAN = 4
 
@@ -75,10 +75,8 @@ def pretrain_encoder(
             yield tuple(torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a.to(device)
                         for a in (x, hidden, *views))
 
-    result = train(
-        objective, batches, lambda model, batch: model(*batch), None,
-        epochs=cfg.epochs, lr=cfg.lr, device=device, desc="pretrain sensor",
-    )
+    result = train(objective, batches, lambda model, batch: model(*batch), None,
+                   TrainingSettings(epochs=cfg.epochs, lr=cfg.lr, desc="pretrain sensor"), device=device)
     return encoder.cpu(), objective.reconstruction.decoder.cpu(), result
 
 
@@ -135,11 +133,97 @@ def small_loss_rate(cfg: SensorFinetuneConfig, epoch: int) -> float:
     return cfg.small_loss_drop * min(1.0, epoch / cfg.small_loss_warmup) if cfg.small_loss_warmup else cfg.small_loss_drop
 
 
+@dataclass(frozen=True)
+class SensorSplits:
+    """What a member trains on: train_x (n, 2C, T) features with train_y (n,) float32 0/1 labels, val_x (m, 2C, T)
+    with val_y (m,), and unlabelled_x (u, 2C, T) windows without a label (the mean teacher's; u may be 0)."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    val_x: np.ndarray
+    val_y: np.ndarray
+    unlabelled_x: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class SensorBatch:
+    """One fine-tuning batch, on the training device.
+
+    x: (B, 2C, T) features; y: (B,) targets in [0, 1] (mixup mixes them); w: (B,) sample weights (the sampling's);
+    drop: the share of the largest losses left out (the small-loss curriculum). With the mean teacher also x_aug
+    (B, 2C, T), x's augmented view; x_u and x_u_aug (U, 2C, T), unlabelled windows and their augmented view (U may
+    be 0); ramp: the epoch's factor of the unsupervised weights (models/sensor/teacher.py). Sharded for data
+    parallelism by models/distributed.shard_batch (tensors of B rows).
+    """
+
+    x: torch.Tensor
+    x_aug: torch.Tensor | None = None
+    y: torch.Tensor
+    w: torch.Tensor
+    drop: float
+    x_u: torch.Tensor | None = None
+    x_u_aug: torch.Tensor | None = None
+    ramp: float = 1.0
+
+
+class SensorBatches:
+    """The fine-tuning batches of an epoch, `batches(epoch)`: the configured sampling (which may ask for the member's
+    MC-dropout `spread(epoch)`, (n,), from the second epoch on), mixup, the curriculum's drop rate and, with the mean
+    teacher, augmented views and unlabelled windows. Every random choice is seeded from (seed, epoch)."""
+
+    def __init__(self, data: SensorSplits, cfg: SensorFinetuneConfig, seed: int, device: torch.device,
+                 spread: Callable[[int], np.ndarray]):
+        self.data, self.cfg, self.seed, self.device, self.spread = data, cfg, seed, device, spread
+
+    def _tensor(self, a: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(a).to(self.device)
+
+    def __call__(self, epoch: int) -> Iterator[SensorBatch]:
+        cfg, data, teacher = self.cfg, self.data, self.cfg.mean_teacher
+        rng = np.random.default_rng([self.seed, epoch])
+        order, weights = SAMPLINGS[cfg.sampling](data.train_y, rng, (lambda: self.spread(epoch)) if epoch else None)
+        drop = small_loss_rate(cfg, epoch)
+        unlabelled_order = rng.permutation(len(data.unlabelled_x)) if teacher.enabled else None
+        for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
+            idx = order[start:start + cfg.batch_size]
+            x, y, w = data.train_x[idx], data.train_y[idx], weights[idx]
+            if cfg.mixup_alpha > 0:
+                x, y, w = mixup(x, y, w, cfg.mixup_alpha, rng)
+            if not teacher.enabled:
+                yield SensorBatch(x=self._tensor(x), y=self._tensor(y), w=self._tensor(w), drop=drop)
+                continue
+            size = min(teacher.unlabelled_batch_size, len(unlabelled_order))
+            x_u = data.unlabelled_x[np.take(unlabelled_order, np.arange(batch * size, (batch + 1) * size), mode="wrap")]
+            views = [augment(a, rng, teacher.augmentations, teacher.augment_probability) for a in (x, x_u)]
+            yield SensorBatch(x=self._tensor(x), x_aug=self._tensor(views[0]), y=self._tensor(y), w=self._tensor(w),
+                              drop=drop, x_u=self._tensor(x_u), x_u_aug=self._tensor(views[1]),
+                              ramp=ramp_up(epoch, teacher.ramp_epochs))
+
+
 def _fingerprint(*parts) -> str:
     h = hashlib.sha256()
     for part in parts:
         h.update(part.tobytes() if isinstance(part, np.ndarray) else repr(part).encode())
     return h.hexdigest()
+
+
+def _checkpoint_key(model_cfg: SensorModelConfig, cfg: SensorFinetuneConfig, seed: int, encoder_state: dict | None,
+                    data: SensorSplits) -> str:
+    """What a member's checkpoint must match to be resumed: settings, seed, the pretrained encoder and the data."""
+    encoder_sum = None if encoder_state is None else float(sum(v.double().sum() for v in encoder_state.values()))
+    return _fingerprint(model_cfg.model_dump_json(), cfg.model_dump_json(), seed, encoder_sum,
+                        np.ascontiguousarray(data.train_x), data.train_y, np.ascontiguousarray(data.val_x),
+                        np.asarray(data.val_y),
+                        np.ascontiguousarray(data.unlabelled_x) if cfg.mean_teacher.enabled else None)
+
+
+def _new_member(in_channels: int, model_cfg: SensorModelConfig, encoder_state: dict | None,
+                make_encoder: Callable[[int], nn.Module] | None) -> SensorClassifier:
+    """An untrained member (its encoder pretrained where `encoder_state` is given, or built by `make_encoder`)."""
+    if make_encoder is not None and encoder_state is not None:
+        raise ValueError("a pretrained encoder state is SensorEncoder's: it does not load into another encoder")
+    encoder = None if make_encoder is None else make_encoder(in_channels)
+    return SensorClassifier(in_channels, model_cfg, encoder)
 
 
 def finetune_member(
@@ -168,73 +252,36 @@ def finetune_member(
     after seeding; `encoder_state` must then be None.
     on_epoch: (epoch, validation PR-AUC) after each epoch (models/training.train).
     """
-    if distributed is not None:
-        device = distributed.device()
+    device = device if distributed is None else distributed.device()
     torch.manual_seed(seed)
-    if make_encoder is not None and encoder_state is not None:
-        raise ValueError("a pretrained encoder state is SensorEncoder's: it does not load into another encoder")
-    encoder = None if make_encoder is None else make_encoder(train_x.shape[1])
-    model = SensorClassifier(train_x.shape[1], model_cfg, encoder).fit_statistics(train_x)
+    model = _new_member(train_x.shape[1], model_cfg, encoder_state, make_encoder).fit_statistics(train_x)
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
-    train_y = np.asarray(train_y, dtype=np.float32)
+    data = SensorSplits(train_x, np.asarray(train_y, dtype=np.float32), val_x, val_y,
+                        np.empty((0, *train_x.shape[1:]), np.float32) if unlabelled_x is None else unlabelled_x)
     loss_fn = make_loss(cfg.loss.terms, focal_gamma=cfg.loss.focal_gamma, focal_alpha=cfg.loss.focal_alpha,
                         gce_q=cfg.loss.gce_q, sce_alpha=cfg.loss.sce_alpha, sce_beta=cfg.loss.sce_beta)
-    teacher_cfg = cfg.mean_teacher
-    unlabelled_x = np.empty((0, *train_x.shape[1:]), np.float32) if unlabelled_x is None else unlabelled_x
-    tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
+    trained = MeanTeacher(model, cfg.mean_teacher, loss_fn) if cfg.mean_teacher.enabled else model
+    member = trained.teacher.module if cfg.mean_teacher.enabled else model
+    hooks = TrainingHooks(on_epoch, trained.update_teacher if cfg.mean_teacher.enabled else None)
 
-    def uncertainty(epoch: int) -> np.ndarray:
+    def spread(epoch: int) -> np.ndarray:
         """MC-dropout spread of the member being trained, on its training windows; back to training mode after."""
-        spread = mc_dropout_spread(model, train_x, device, cfg.uncertainty_passes, seed * 100_003 + epoch)
+        values = mc_dropout_spread(model, train_x, device, cfg.uncertainty_passes, seed * 100_003 + epoch)
         trained.train()
-        return spread
+        return values
 
-    def batches(epoch: int):
-        rng = np.random.default_rng([seed, epoch])
-        order, weights = SAMPLINGS[cfg.sampling](train_y, rng, (lambda: uncertainty(epoch)) if epoch else None)
-        drop = small_loss_rate(cfg, epoch)
-        unlabelled_order = rng.permutation(len(unlabelled_x)) if teacher_cfg.enabled else None
-        for batch, start in enumerate(range(0, len(order), cfg.batch_size)):
-            idx = order[start:start + cfg.batch_size]
-            x, y, w = train_x[idx], train_y[idx], weights[idx]
-            if cfg.mixup_alpha > 0:
-                x, y, w = mixup(x, y, w, cfg.mixup_alpha, rng)
-            if not teacher_cfg.enabled:
-                yield tensor(x), tensor(y), tensor(w), drop
-                continue
-            size = min(teacher_cfg.unlabelled_batch_size, len(unlabelled_order))
-            x_u = unlabelled_x[np.take(unlabelled_order, np.arange(batch * size, (batch + 1) * size), mode="wrap")]
-            views = [augment(a, rng, teacher_cfg.augmentations, teacher_cfg.augment_probability) for a in (x, x_u)]
-            yield (tensor(x), tensor(views[0]), tensor(y), tensor(w), drop, tensor(x_u), tensor(views[1]),
-                   ramp_up(epoch, teacher_cfg.ramp_epochs))
-
-    trained, member, after_step = model, model, None
-    if teacher_cfg.enabled:
-        trained = MeanTeacher(model, teacher_cfg, loss_fn)
-        member, after_step = trained.teacher.module, trained.update_teacher
-
-    def loss_step(net, batch):
-        if teacher_cfg.enabled:
-            return net(*batch)
-        x, y, w, drop = batch
-        return reduce_loss(loss_fn(net(x).float(), y), w, drop)
+    def loss_step(net: nn.Module, batch: SensorBatch) -> torch.Tensor:
+        if cfg.mean_teacher.enabled:
+            return net(batch.x, batch.x_aug, batch.y, batch.w, batch.drop, batch.x_u, batch.x_u_aug, batch.ramp)
+        return reduce_loss(loss_fn(net(batch.x).float(), batch.y), batch.w, batch.drop)
 
     def validate(_) -> float:
         return float(average_precision_score(val_y, predict_logits(member, val_x, device)))
 
-    key = None
-    if checkpoint is not None:
-        encoder_sum = None if encoder_state is None else float(sum(v.double().sum() for v in encoder_state.values()))
-        key = _fingerprint(model_cfg.model_dump_json(), cfg.model_dump_json(), seed, encoder_sum,
-                           np.ascontiguousarray(train_x), train_y, np.ascontiguousarray(val_x), np.asarray(val_y),
-                           np.ascontiguousarray(unlabelled_x) if teacher_cfg.enabled else None)
-    result = train(
-        trained, batches, loss_step, validate, epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay,
-        patience=cfg.patience, device=device, desc=f"finetune sensor member (seed {seed})",
-        checkpoint=checkpoint if cfg.checkpoint else None, checkpoint_key=key or "", distributed=distributed,
-        lr_schedule=lambda epoch: lr_factor(cfg.lr_schedule, epoch, cfg.epochs, cfg.warmup_epochs, cfg.final_lr_ratio),
-        max_grad_norm=cfg.max_grad_norm, on_epoch=on_epoch,
-        weight_average=cfg.weight_average, after_step=after_step,
-    )
+    resume = None if checkpoint is None or not cfg.checkpoint else Checkpoint(
+        Path(checkpoint), _checkpoint_key(model_cfg, cfg, seed, encoder_state, data))
+    result = train(trained, SensorBatches(data, cfg, seed, device, spread), loss_step, validate,
+                   TrainingSettings.from_finetune(cfg, f"finetune sensor member (seed {seed})"), device=device,
+                   checkpoint=resume, distributed=distributed, hooks=hooks)
     return member.cpu(), result

@@ -57,3 +57,17 @@ def test_shard_batch_is_none_when_the_batch_has_fewer_rows_than_ranks():
 def test_shard_batch_needs_a_tensor_with_rows():
     with pytest.raises(ValueError, match="batch dimension"):
         context(0, 2).shard_batch((torch.tensor(1.0), 3))
+
+
+def test_shard_batch_shards_a_dataclass_batch_field_by_field():
+    from models.sensor.training import SensorBatch
+
+    x, u = torch.arange(16.0).reshape(4, 2, 2), torch.zeros(3, 2, 2)
+    batch = SensorBatch(x=x, x_aug=x + 1, y=torch.arange(4.0), w=torch.ones(4), drop=0.2, x_u=u, x_u_aug=u, ramp=0.5)
+    sharded = context(1, 2).shard_batch(batch)
+    assert isinstance(sharded, SensorBatch)
+    assert torch.equal(sharded.x, x[2:]) and torch.equal(sharded.x_aug, x[2:] + 1)
+    assert torch.equal(sharded.y, torch.tensor([2.0, 3.0])) and torch.equal(sharded.w, torch.ones(2))
+    assert sharded.x_u is u and sharded.drop == 0.2 and sharded.ramp == 0.5  # not B rows: passed whole
+    plain = SensorBatch(x=x[:1], y=torch.zeros(1), w=torch.ones(1), drop=0.0)
+    assert context(0, 2).shard_batch(plain) is None and context(0, 1).shard_batch(plain).x_aug is None

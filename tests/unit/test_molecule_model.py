@@ -18,7 +18,7 @@ from models.molecule.network import MoleculePretrainer, info_nce
 from models.molecule.training import (Molecules, build_model, focal_loss, loss_function, model_arrays,
                                       tensors)
 from models.device import autocast
-from models.training import train
+from models.training import TrainingSettings, train
 from models.onnx_runtime import load_session, run
 from tests.devices import DEVICES
 
@@ -280,7 +280,7 @@ def test_train_applies_the_lr_schedule_per_epoch(monkeypatch):
     monkeypatch.setattr(torch.optim.AdamW, "step", spy)
     net = torch.nn.Linear(2, 1)
     train(net, lambda epoch: [torch.ones(4, 2)] * 2, lambda model, batch: model(batch).pow(2).mean(), None,
-          epochs=3, lr=0.01, device=CPU, lr_schedule=lambda epoch: 1.0 / (epoch + 1))
+          TrainingSettings(epochs=3, lr=0.01, lr_schedule=lambda epoch: 1.0 / (epoch + 1)), device=CPU)
     assert lrs == pytest.approx([0.01, 0.01, 0.005, 0.005, 0.01 / 3, 0.01 / 3])
 
 

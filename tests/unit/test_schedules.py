@@ -10,7 +10,7 @@ import torch
 
 from models.sensor.config import SensorFinetuneConfig
 from models.schedules import LR_SCHEDULES, lr_factor
-from models.training import train
+from models.training import TrainingSettings, train
 
 
 @pytest.mark.parametrize("schedule", sorted(LR_SCHEDULES))
@@ -41,7 +41,7 @@ def test_gradient_clipping_bounds_the_step(monkeypatch):
         net = torch.nn.Linear(1, 1, bias=False)
         torch.nn.init.zeros_(net.weight)
         train(net, lambda epoch: [torch.ones(1, 1)], lambda model, batch: -10.0 * model(batch).sum(), None,
-              epochs=1, lr=0.1, device=torch.device("cpu"), max_grad_norm=max_grad_norm)
+              TrainingSettings(epochs=1, lr=0.1, max_grad_norm=max_grad_norm), device=torch.device("cpu"))
         return float(net.weight.detach().norm())
 
     assert step_size(None) == pytest.approx(1.0)  # 0.1 * 10

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.training import train
+from models.training import Checkpoint, TrainingSettings, train
 
 
 @pytest.mark.parametrize(("patience", "epochs_run"), [(0, 3), (1, 3), (2, 4), (3, 5)])
@@ -15,7 +15,8 @@ def test_patience_epochs_without_improvement_end_training(patience, epochs_run):
     scores = iter([0.1, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0, -0.1])
     net = torch.nn.Linear(1, 1)
     result = train(net, lambda epoch: [torch.ones(4, 1)], lambda model, batch: model(batch).pow(2).mean(),
-                   lambda model: next(scores), epochs=8, lr=0.01, patience=patience, device=torch.device("cpu"))
+                   lambda model: next(scores), TrainingSettings(epochs=8, lr=0.01, patience=patience),
+                   device=torch.device("cpu"))
     assert len(result.history) == epochs_run
     assert result.best_epoch == 1 and result.best_score == pytest.approx(0.5)
 
@@ -31,8 +32,9 @@ def _fit(weight_average, epochs, validate=None, checkpoint=None):
         trajectory.append(torch.cat([p.detach().flatten() for p in net.parameters()]))  # before this step
         return (model(batch) - 3 * batch).pow(2).mean()
 
-    train(net, lambda epoch: [x, x], loss_step, validate, epochs=epochs, lr=0.1, device=torch.device("cpu"),
-          weight_average=weight_average, checkpoint=checkpoint)
+    train(net, lambda epoch: [x, x], loss_step, validate, TrainingSettings(epochs=epochs, lr=0.1,
+                                                                          weight_average=weight_average),
+          device=torch.device("cpu"), checkpoint=None if checkpoint is None else Checkpoint(checkpoint))
     return net, trajectory
 
 
