@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from models.calibration import IsotonicCalibration, ProbabilityCalibrator, TemperatureCalibration, parse_calibration
 from models.export import CalibratedClassifierEnsemble, member_samples
 
 
@@ -52,8 +53,15 @@ class IsotonicCalibratedEnsemble(nn.Module):
         return self.calibrate(probabilities.mean(dim=-1)), spread
 
 
-def calibrated_ensemble(members: list[nn.Module], calibration: dict) -> nn.Module:
-    """The export wrapper for a calibration dict written by the calibrate stage."""
-    if calibration.get("method") == "isotonic":
-        return IsotonicCalibratedEnsemble(members, calibration["knots_x"], calibration["knots_y"])
-    return CalibratedClassifierEnsemble(members, calibration["temperature"])
+EXPORT_WRAPPERS = {  # each probability calibration's wrapper: (members, calibration) -> module
+    TemperatureCalibration: lambda members, c: CalibratedClassifierEnsemble(members, c.temperature),
+    IsotonicCalibration: lambda members, c: IsotonicCalibratedEnsemble(members, c.knots_x, c.knots_y),
+}
+
+
+def calibrated_ensemble(members: list[nn.Module], calibration: ProbabilityCalibrator | dict) -> nn.Module:
+    """The export wrapper for a probability calibration (or its JSON form, as the calibrate stage writes it)."""
+    chosen = parse_calibration(calibration)
+    if type(chosen) not in EXPORT_WRAPPERS:
+        raise ValueError(f"calibration method '{chosen.method}' has no sensor export wrapper")
+    return EXPORT_WRAPPERS[type(chosen)](members, chosen)
