@@ -26,9 +26,7 @@ EPS = 1e-6
 class Reference:
     """A unit's normal: description mean and spread (D,), the log of its typical reconstruction error, and how many
     windows it was fitted on (0: none, the fleet's normal stands in). The fleet's reference also holds `within` (D,),
-    the spread of its units' descriptions within their own reference periods; with a fleet reference without it
-    (models exported before it was stored) a unit's mean and spread are shrunk towards the fleet's mean and whole spread,
-    as those models were calibrated."""
+    the spread of its units' descriptions within their own reference periods."""
 
     mean: np.ndarray
     scale: np.ndarray
@@ -38,9 +36,9 @@ class Reference:
 
 
 def fit_reference(descriptions: np.ndarray, errors: np.ndarray, prior: Reference | None = None) -> Reference:
-    """The reference of n healthy windows: descriptions (n, D), errors (n,). With a `prior` (the fleet's) the spread
-    and error are shrunk towards it by PRIOR_WINDOWS (the mean too, for a prior without `within`); n = 0 gives the
-    prior itself (with windows 0)."""
+    """The reference of n healthy windows: descriptions (n, D), errors (n,). With a `prior` (the fleet's) the spread is
+    shrunk towards its within-unit spread and the error towards its error by PRIOR_WINDOWS; n = 0 gives the prior
+    itself (with windows 0)."""
     n = len(descriptions)
     if n == 0:
         if prior is None:
@@ -50,10 +48,9 @@ def fit_reference(descriptions: np.ndarray, errors: np.ndarray, prior: Reference
     log_error = float(np.log(errors + EPS).mean())
     if prior is not None:
         own = n / (n + PRIOR_WINDOWS)
-        spread = prior.scale if prior.within is None else prior.within
-        variance = own * variance + (1 - own) * spread ** 2
         if prior.within is None:
-            mean = own * mean + (1 - own) * prior.mean
+            raise ValueError("the fleet's reference has no within-unit spread (`within`): export the model again")
+        variance = own * variance + (1 - own) * prior.within ** 2
         log_error = own * log_error + (1 - own) * prior.log_error
     return Reference(mean.astype(np.float32), np.sqrt(variance + EPS).astype(np.float32), log_error, n)
 

@@ -89,17 +89,10 @@ def test_a_unit_keeps_its_own_mean_and_its_spread_is_shrunk_to_the_fleet_s_withi
         fit_fleet_reference(descriptions, np.full(4000, 0.1), units, np.zeros(4000, bool))
 
 
-def test_a_fleet_reference_without_the_within_unit_spread_shrinks_mean_and_spread_as_before():
-    """Models exported before the within-unit spread: their novelty calibration was fitted on references shrunk
-    towards the fleet's mean and whole spread, so the service still fits theirs that way."""
-    rng = np.random.default_rng(1)
-    legacy = reference_from_dict({"mean": [0.0, 0.0], "scale": [2.0, 2.0], "log_error": np.log(0.1), "windows": 500})
-    own = rng.normal(5, 0.2, (8, 2))
-    short = fit_reference(own, np.full(8, 1.0), legacy)
-    weight = 8 / (8 + PRIOR_WINDOWS)
-    assert legacy.within is None
-    assert np.allclose(short.mean, weight * own.mean(0), atol=1e-5)
-    assert np.allclose(short.scale ** 2, weight * own.var(0) + (1 - weight) * 4.0, rtol=1e-4)
+def test_a_fleet_reference_without_the_within_unit_spread_is_refused():
+    fleet = reference_from_dict({"mean": [0.0, 0.0], "scale": [2.0, 2.0], "log_error": np.log(0.1), "windows": 500})
+    with pytest.raises(ValueError, match="no within-unit spread"):
+        fit_reference(np.ones((8, 2)), np.full(8, 1.0), fleet)
 
 
 def test_departure_measures_distances_and_error_against_each_windows_reference():
