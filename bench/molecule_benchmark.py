@@ -43,7 +43,7 @@ from data.molecules.featurize import featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
 from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
-from flows.molecule.pretrain import extra_smiles  # noqa: E402
+from flows.molecule.family import extra_smiles  # noqa: E402
 from flows.params import load_params  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
 from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402

@@ -49,7 +49,7 @@ def main() -> None:
     from flows.monitoring.reports import family_report
     from flows.monitoring.scenario import (Scenario, fleet_stream, register_model, train_reference_model,
                                            write_params, write_predictions)
-    from flows.monitoring.store import labelled_predictions, recent_predictions
+    from flows.monitoring.prediction_frames import labelled_predictions, recent_predictions
     from flows.params import load_params
     from flows.tracking import signing_key, use_tracking
     from models.metrics import classification_metrics

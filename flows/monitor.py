@@ -26,7 +26,7 @@ from flows._environment import workspace
 from flows.monitoring.judge import judge_rollout
 from flows.monitoring.recalibrate import recalibrate
 from flows.monitoring.reports import family_report, served_probability
-from flows.monitoring.store import labelled_predictions, recent_predictions, shown_url, store_url
+from flows.monitoring.prediction_frames import labelled_predictions, recent_predictions, shown_url, store_url
 from flows.params import Params, load_params
 from flows.tasks import stage_cli
 from flows.tracking import log_json, signing_key, stage_run, use_tracking

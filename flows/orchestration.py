@@ -17,14 +17,11 @@ from tabulate import tabulate
 from flows.dvc import repro as dvc_repro
 from flows.dvc import run_dvc
 from flows.lineage import dvc_md5
+from flows.family import FAMILIES, pipeline_family
 from flows.locking import pipeline_lock
 from flows.params import DEFAULT_PARAMS, Params, ParamsError, load_params, with_overrides, write_overrides
-from flows.paths import MOLECULE, SENSOR
 from flows.pipeline import SUMMARY_HEADERS, summary_rows
 from flows.tasks import compute_task, io_task
-
-FAMILIES = {"sensor": SENSOR, "molecule": MOLECULE}
-BUILT_IN_SOURCES = {"sensor": "simulator", "molecule": "solubility"}
 
 
 def family_overrides(family: str, data_source: str | None, data_path: str | None, epochs: int | None,
@@ -33,8 +30,6 @@ def family_overrides(family: str, data_source: str | None, data_path: str | None
     out: dict[str, Any] = {}
     if data_path is not None:
         out[f"{family}.data.path"] = data_path
-        if family == "molecule":
-            out["molecule.data.source"] = data_source or "file"
     if data_source is not None:
         out[f"{family}.data.source"] = data_source
     if epochs is not None:
@@ -45,12 +40,12 @@ def family_overrides(family: str, data_source: str | None, data_path: str | None
 
 
 def check_sources(params: Params) -> None:
-    """A data path needs a source that reads files (the built-in simulator and solubility set read none)."""
-    for family, source in BUILT_IN_SOURCES.items():
-        data = getattr(params, family).data
-        if data.path is not None and data.source == source:
-            raise ParamsError(f"{family}.data.path is set but {family}.data.source is '{source}', which reads no file; "
-                              "give data_source too")
+    """A data path needs a source that reads files (the families' built-in data, e.g. the simulator, read none)."""
+    for family in map(pipeline_family, FAMILIES):
+        data = family.settings(params).data
+        if data.path is not None and data.source in family.sources_without_files:
+            raise ParamsError(f"{family.name}.data.path is set but {family.name}.data.source is '{data.source}', which "
+                              "reads no file; give data_source too")
 
 
 @io_task(name="apply-parameters")
@@ -115,7 +110,8 @@ def molecule_pipeline(data_path: str | None = None, epochs: int | None = None, s
     data_path: a CSV/Parquet of SMILES and targets (the built-in solubility set when not given); epochs,
     seed, overrides, force: as for the sensor pipeline.
     """
-    _pipeline("molecule", family_overrides("molecule", None, data_path, epochs, seed, overrides), force)
+    source = "file" if data_path is not None else None
+    _pipeline("molecule", family_overrides("molecule", source, data_path, epochs, seed, overrides), force)
 
 
 @flow(name="data-refresh", log_prints=True)
@@ -124,10 +120,11 @@ def data_refresh() -> dict[str, dict[str, str]]:
     have changed in place), then push the prepared data to the DVC remote. Returns per family the DVC md5
     before and after; an unchanged md5 leaves every later stage up to date."""
     load_params(DEFAULT_PARAMS)
-    before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in FAMILIES.items()}
-    repro("--force --single-item sensor_prepare molecule_prepare")
+    families = {name: pipeline_family(name).paths for name in FAMILIES}
+    before = {f: dvc_md5(p.prepared) if p.prepared.exists() else "(none)" for f, p in families.items()}
+    repro("--force --single-item " + " ".join(f"{name}_prepare" for name in families))
     push()
-    versions = {f: {"before": before[f], "after": dvc_md5(p.prepared)} for f, p in FAMILIES.items()}
+    versions = {f: {"before": before[f], "after": dvc_md5(p.prepared)} for f, p in families.items()}
     rows = [[f, v["before"], v["after"], "new version" if v["before"] != v["after"] else "unchanged"]
             for f, v in versions.items()]
     table = tabulate(rows, headers=["family", "DVC md5 before", "after", ""], tablefmt="github")

@@ -16,13 +16,11 @@ from tabulate import tabulate
 
 from flows.dvc import DvcError, repro, run_dvc
 from flows.locking import PipelineBusyError, pipeline_lock
-from flows.paths import MOLECULE, SENSOR
+from flows.family import FAMILIES, pipeline_family
 from flows.server import prefect_server
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
-SHOWN = {"sensor": ["pr_auc", "roc_auc", "recall_at_p90", "f2", "brier", "ece"],
-         "molecule": ["rmse", "mae", "r2", "coverage", "roc_auc", "pr_auc", "ece"]}
 SUMMARY_HEADERS = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
 
 
@@ -43,12 +41,13 @@ def temporary_server_env(env: dict[str, str], api_url: str) -> dict[str, str]:
 
 def summary_rows() -> list[list[str]]:
     rows = []
-    for paths in (SENSOR, MOLECULE):
+    for family in map(pipeline_family, FAMILIES):
+        paths = family.paths
         if not paths.metrics.exists():
-            rows.append([paths.family, "(not run yet)", "", "", "", ""])
+            rows.append([family.name, "(not run yet)", "", "", "", ""])
             continue
         result = json.loads(paths.metrics.read_text())
-        keys = [k for k in SHOWN[paths.family] if k in result["model"]]
+        keys = [k for k in family.summary_metrics or result["model"] if k in result["model"]]
         # the first metric on validation too: far from the test figure, validation is too small to choose by
         validation = result.get("model_val", {})
         ours = [f"{k} {result['model'][k]:.3f}" for k in keys]

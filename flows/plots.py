@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from sklearn.metrics import precision_recall_curve  # noqa: E402
+from sklearn.metrics import precision_recall_curve, roc_auc_score, roc_curve  # noqa: E402
 
 
 def _save(fig, path: Path) -> Path:
@@ -71,5 +71,17 @@ def parity_plot(y: np.ndarray, predictions: dict[str, np.ndarray], path: Path) -
     for name, pred in predictions.items():
         ax.scatter(y, pred, s=8, alpha=0.6, label=name)
     ax.set(xlabel="measured", ylabel="predicted", title="parity (test)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def roc_curves(y: np.ndarray, scores: dict[str, np.ndarray], path: Path) -> Path:
+    """ROC curves of several scorers on the same 0/1 labels, AUC in the legend."""
+    fig, ax = plt.subplots(figsize=(4.5, 4))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":")
+    for name, p in scores.items():
+        fpr, tpr, _ = roc_curve(y, p)
+        ax.plot(fpr, tpr, label=f"{name} (AUC {roc_auc_score(y, p):.3f})")
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)", xlim=(0, 1), ylim=(0, 1.02))
     ax.legend(fontsize=8)
     return _save(fig, path)

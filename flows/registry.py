@@ -167,7 +167,7 @@ def register_and_gate(
                     refusal = (f"champion v{champion_version} predicts {describe_identity(theirs)}; this version predicts "
                                f"{describe_identity(ours)}: not comparable. Register it under another name "
                                f"({family}.registry.model_name in params.yaml), or replace the champion's task with "
-                               f"`python -m flows.{family}.register --new-task`")
+                               f"`python -m flows.stages.register {family} --new-task`")
                 else:
                     try:
                         champion = champion_metrics(verified.onnx, verified.card)
@@ -184,7 +184,7 @@ def register_and_gate(
         decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"], compare_calibration,
                           baseline, test_positives)
         decision.reasons[:0] = notes
-    apply_decision(cfg, version, decision, actor(f"flows.{card['family']}.register"))
+    apply_decision(cfg, version, decision, actor(f"flows.stages.register {card['family']}"))
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")
     return {
         "model_name": cfg.model_name,

@@ -1,4 +1,4 @@
-"""`python -m flows.rollback sensor|molecule`: move `champion` back to the version it replaced.
+"""`python -m flows.rollback <family>`: move `champion` back to the version it replaced.
 
 A promoted version carries a `previous_champion` tag (see flows.registry.apply_decision); rolling back
 verifies that version's signed manifest, points the alias at it (recorded in the registry's audit trail) and
@@ -8,7 +8,6 @@ back. A running service picks the change up at its next registry poll, or at onc
 
 from __future__ import annotations
 
-import enum
 import sys
 import tempfile
 from pathlib import Path
@@ -20,13 +19,9 @@ from mlflow.exceptions import MlflowException
 from contract.card import CardError
 from contract.manifest import ManifestError, load_verify_key, public_key_path
 from contract.registry import CHAMPION, actor, download_verified, move_alias
+from flows.family import FAMILIES, pipeline_family
 from flows.params import ParamsError, load_params
 from flows.tracking import signing_key, use_tracking
-
-
-class Family(str, enum.Enum):
-    sensor = "sensor"
-    molecule = "molecule"
 
 
 class RollbackError(RuntimeError):
@@ -60,13 +55,15 @@ def rollback(name: str, verify_key: Path) -> tuple[str, str]:
 
 
 def main(
-    family: Family = typer.Argument(..., help="which model family to roll back"),
+    family: str = typer.Argument(..., help=f"which model family to roll back: {', '.join(FAMILIES)}"),
     params: str = typer.Option("params.yaml", help="parameters file: registry model names and MLflow store"),
 ) -> None:
     try:
         config = load_params(params)
         use_tracking(config.tracking)
-        name = getattr(config, family.value).registry.model_name
+        if family not in FAMILIES:
+            raise RollbackError(f"no model family '{family}' (registered: {', '.join(FAMILIES)})")
+        name = pipeline_family(family).settings(config).registry.model_name
         before, after = rollback(name, public_key_path(signing_key(config.tracking)))
     except (ParamsError, RollbackError) as error:
         typer.secho(f"error: {error}", fg="red", err=True)

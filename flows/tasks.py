@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from typer.models import OptionInfo
 
 from data.errors import DataValidationError
+from flows.family import FAMILIES
 from flows.locking import hold_for_stage
 from flows.params import ParamsError, load_params
 from flows.runners import task_runner
@@ -97,7 +98,8 @@ def _quiet_bad_input_tracebacks() -> None:
 
 
 def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None:
-    """Run a stage flow from the command line: `python -m flows.<family>.<stage> [--params FILE]`.
+    """Run a stage flow from the command line: `python -m flows.stages.<stage> <family> [--params FILE]` (the family
+    argument where the flow takes one, flows/family.py).
 
     `options`: more command-line options, flow parameter name -> `typer.Option(default, "--flag", help=...)`.
     The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
@@ -108,6 +110,10 @@ def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None
     """
 
     def main(params: str, **values: Any) -> None:
+        if "family" in values and values["family"] not in FAMILIES:
+            typer.secho(f"error: no model family '{values['family']}' (registered: {', '.join(FAMILIES)})",
+                        fg="red", err=True)
+            sys.exit(2)
         hold_for_stage()
         if stoppable:
             run_stoppable()
@@ -127,7 +133,10 @@ def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None
         sys.exit(code)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
+    family = "family" in inspect.signature(flow.fn).parameters
     main.__signature__ = inspect.Signature([
+        *([inspect.Parameter("family", keyword, default=typer.Argument(..., help="the model family"), annotation=str)]
+          if family else []),
         inspect.Parameter("params", keyword, default=typer.Option("params.yaml", help="parameters file"), annotation=str),
         *(inspect.Parameter(name, keyword, default=option, annotation=type(option.default))
           for name, option in options.items()),

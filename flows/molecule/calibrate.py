@@ -1,19 +1,17 @@
-"""Stage `molecule_calibrate`: uncertainty calibration on validation (interval scale or temperature)."""
+"""The molecule family's calibration (flows/stages/calibrate.py): uncertainty calibration on validation (interval
+scale or temperature)."""
 
 from __future__ import annotations
 
-import mlflow
-import numpy as np
-from prefect import flow
+from pathlib import Path
 
-from flows.json_io import write_json
+import numpy as np
+
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.molecule.artifacts import featurize, load_ensemble
 from flows.molecule.prepared import load_molecules, targets
-from flows.params import load_params
-from flows.paths import MOLECULE
-from flows.tasks import compute_task, stage_cli
-from flows.tracking import stage_run
+from flows.paths import StagePaths
+from flows.tasks import compute_task
 from models.calibration import IntervalCalibrator, TemperatureCalibration, calibrator_class, ensemble_probability
 from models.device import pick_device
 from models.metrics import expected_calibration_error
@@ -27,23 +25,21 @@ def member_outputs(members, molecules, mask_passes: int, mask_seed: int) -> np.n
     return ensemble_raw(members, molecules, pick_device(), mask_passes, mask_seed)
 
 
-@flow(name="molecule-calibrate")
-def molecule_calibrate(params_file: str = "params.yaml") -> dict:
+def calibrate(cfg, paths: StagePaths) -> tuple[dict, list[Path], str]:
     """Regression: scale the ensemble spread so validation z-scores have unit variance (scaled_variance) or so
     that value +- z * uncertainty is a split-conformal interval (conformal). Classification: temperature scaling
     on validation NLL."""
-    params = load_params(params_file)
-    cfg = params.molecule.calibrate
-    members, state = load_ensemble(MOLECULE.finetuned)
+    settings = cfg.calibrate
+    members, state = load_ensemble(paths.finetuned)
     prepared = load_molecules()
     tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
     raw = member_outputs(members, featurize(list(prepared.splits["val"]["smiles"]), tokenizer,
-                                           params.molecule.data.max_heavy_atoms), cfg.mask_passes, cfg.mask_seed)
+                                           cfg.data.max_heavy_atoms), settings.mask_passes, settings.mask_seed)
     y = targets(prepared, "val")
     if state["task"] == "regression":
         values = state["target_mean"] + state["target_std"] * raw
         mean, spread = values.mean(axis=1), values.std(axis=1)
-        interval = calibrator_class(cfg.method, IntervalCalibrator).fit(y - mean, spread, cfg.interval_z)
+        interval = calibrator_class(settings.method, IntervalCalibrator).fit(y - mean, spread, settings.interval_z)
         result = {**interval.to_dict(),
                   "val_coverage": float(np.mean(np.abs(y - mean) <= interval.half_width(spread)))}
     else:
@@ -51,14 +47,5 @@ def molecule_calibrate(params_file: str = "params.yaml") -> dict:
         result = {**temperature.to_dict(),
                   "val_ece_before": expected_calibration_error(y, ensemble_probability(raw)),
                   "val_ece_after": expected_calibration_error(y, temperature.probability(raw))}
-    result.update(mask_passes=cfg.mask_passes, mask_seed=cfg.mask_seed)  # the sub-networks export builds again
-    write_json(MOLECULE.calibration, result)
-    with stage_run(params.tracking, "molecule", "calibrate", {"calibrate": cfg.model_dump()},
-                   {"molecule": MOLECULE.prepared}):
-        mlflow.log_metrics({k: v for k, v in result.items() if isinstance(v, float)})
-    print(f"molecule calibration: {result}")
-    return result
-
-
-if __name__ == "__main__":
-    stage_cli(molecule_calibrate)
+    result.update(mask_passes=settings.mask_passes, mask_seed=settings.mask_seed)  # the sub-networks export builds again
+    return result, [], str(result)

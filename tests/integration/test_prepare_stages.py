@@ -27,13 +27,13 @@ def write_params(root, overrides) -> str:
 
 
 def test_molecule_prepare_on_esol_scaffold_split(shared_data, tmp_path, monkeypatch):
-    from flows.molecule.prepare import molecule_prepare
+    from flows.stages.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     params = write_params(tmp_path, {"molecule": {"data": {
         "source": "file", "path": str(shared_data / "esol" / "delaney-processed.csv"),
         "target_column": "measured log solubility in mols per litre", "duplicates": "keep"}}})
-    report = molecule_prepare(params_file=params)
+    report = prepare("molecule", params_file=params)
     sizes = {name: len(pd.read_csv(tmp_path / "data/prepared/molecule" / f"{name}.csv")) for name in ("train", "val", "test")}
     assert sizes == {"train": 902, "val": 113, "test": 113}  # the ANCHORS protocol
     assert report["invalid"]["count"] == 0
@@ -44,13 +44,13 @@ def test_molecule_prepare_on_esol_scaffold_split(shared_data, tmp_path, monkeypa
 
 
 def test_sensor_prepare_on_cmapss_fd001(shared_data, tmp_path, monkeypatch):
-    from flows.sensor.prepare import sensor_prepare
+    from flows.stages.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     params = write_params(tmp_path, {"sensor": {"data": {
         "source": "cmapss", "path": str(shared_data / "cmapss_fd001" / "train_FD001.txt.gz"),
         "window": 30, "stride": 1, "horizon": 30, "split": "unit", "unit_order": "sorted"}}})
-    sensor_prepare(params_file=params)
+    prepare("sensor", params_file=params)
     with np.load(tmp_path / "data/prepared/sensor/test.npz") as test:
         assert test["X"].shape[0] == 2856 and int(test["y"].sum()) == 465  # the ANCHORS protocol
         assert set(np.unique(test["unit"])) == {f"e{i:03d}" for i in range(86, 101)}
@@ -61,9 +61,9 @@ def test_sensor_prepare_on_cmapss_fd001(shared_data, tmp_path, monkeypatch):
 def test_rows_without_a_label_reach_fine_tuning_as_unlabelled_windows(tmp_path, monkeypatch):
     """A file whose label cells are blank for part of a training unit: the prepare flow keeps those windows as
     unlabelled ones, and fine-tuning loads them featurised like the labelled ones."""
-    from flows.sensor.finetune import load_inputs
-    from models.sensor.config import SensorModelConfig
-    from flows.sensor.prepare import sensor_prepare
+    from flows.params import load_params
+    from flows.sensor.family import FAMILY
+    from flows.stages.prepare import prepare
 
     rng = np.random.default_rng(0)
     rows = [{"machine": f"m{u}", "t": t, "temp": 20.0 + t * (u % 2) + rng.normal(), "flow": rng.normal(),
@@ -78,16 +78,18 @@ def test_rows_without_a_label_reach_fine_tuning_as_unlabelled_windows(tmp_path, 
     params = write_params(tmp_path, {"sensor": {"data": {
         "source": "file", "path": str(csv), "unit_column": "machine", "time_column": "t", "label_column": "failed",
         "split": "column", "window": 8, "stride": 2, "horizon": 4}}})
-    sensor_prepare(params_file=params)
+    prepare("sensor", params_file=params)
     with np.load(tmp_path / "data/prepared/sensor/unlabelled.npz") as unlabelled:
         assert len(unlabelled["y"]) > 0 and (unlabelled["y"] == -1).all()
         assert set(unlabelled["unit"]) == {"m0"} and unlabelled["time"].max() < 30
         n_unlabelled = len(unlabelled["y"])
     report = json.loads((tmp_path / "data/prepared/sensor/meta.json").read_text())["report"]
     assert report["unlabelled_train_windows"] == report["windows_without_label"]["train"] == n_unlabelled
-    inputs = load_inputs(use_pretrained=False, model=SensorModelConfig(), in_flow=False)
-    assert inputs.unlabelled_x.shape == (n_unlabelled, *inputs.train_x.shape[1:])
-    assert np.isfinite(inputs.unlabelled_x).all()
+    cfg = load_params(params).sensor
+    windows = FAMILY.finetune_data(cfg.model_copy(update={"finetune": cfg.finetune.model_copy(
+        update={"use_pretrained": False})}), in_flow=False).data
+    assert windows.unlabelled_x.shape == (n_unlabelled, *windows.train_x.shape[1:])
+    assert np.isfinite(windows.unlabelled_x).all()
 
 
 def test_bad_sensor_file_stops_the_stage_naming_file_and_column_and_keeps_old_outputs(tmp_path):
@@ -101,7 +103,7 @@ def test_bad_sensor_file_stops_the_stage_naming_file_and_column_and_keeps_old_ou
     earlier = tmp_path / "data" / "prepared" / "sensor" / "meta.json"
     earlier.parent.mkdir(parents=True)
     earlier.write_text("{}")
-    result = run(tmp_path, sys.executable, "-m", "flows.sensor.prepare", "--params", "params.yaml", check=False)
+    result = run(tmp_path, sys.executable, "-m", "flows.stages.prepare", "sensor", "--params", "params.yaml", check=False)
     assert result.returncode == 2
     assert "fleet.csv" in result.stderr and "'temp'" in result.stderr and "numeric" in result.stderr
     assert "Traceback" not in result.stderr
@@ -110,7 +112,7 @@ def test_bad_sensor_file_stops_the_stage_naming_file_and_column_and_keeps_old_ou
 
 def test_bad_params_stop_the_stage_naming_the_key(tmp_path):
     write_params(tmp_path, {"molecule": {"finetune": {"epochs": "many"}}})
-    result = run(tmp_path, sys.executable, "-m", "flows.molecule.prepare", check=False)
+    result = run(tmp_path, sys.executable, "-m", "flows.stages.prepare", "molecule", check=False)
     assert result.returncode == 2
     assert "molecule.finetune.epochs" in result.stderr and "Traceback" not in result.stderr
 
@@ -127,7 +129,7 @@ def _build_task_state(flow_state) -> str:
 
 
 def test_molecule_prepare_reuses_its_cached_result_until_the_source_changes(tmp_path, monkeypatch):
-    from flows.molecule.prepare import molecule_prepare
+    from flows.stages.prepare import prepare
 
     monkeypatch.chdir(tmp_path)
     smiles = ["CCO", "CCN", "CCC", "c1ccccc1", "CC(=O)O", "CCCl", "CCBr", "CCCO", "OCCO", "CC(C)O"] * 3
@@ -135,12 +137,12 @@ def test_molecule_prepare_reuses_its_cached_result_until_the_source_changes(tmp_
     pd.DataFrame({"smiles": smiles, "target": np.arange(30.0)}).to_csv(source, index=False)
     params = write_params(tmp_path, {"molecule": {"data": {"source": "file", "path": str(source), "split": "random",
                                                            "duplicates": "keep"}}})
-    first = molecule_prepare(params_file=params, return_state=True)
+    first = prepare("molecule", params_file=params, return_state=True)
     source.write_text(source.read_text())  # rewritten, same bytes
-    second = molecule_prepare(params_file=params, return_state=True)
+    second = prepare("molecule", params_file=params, return_state=True)
     assert [_build_task_state(s) for s in (first, second)] == ["Completed", "Cached"]
     pd.DataFrame({"smiles": smiles, "target": np.arange(30.0) + 1}).to_csv(source, index=False)
-    third = molecule_prepare(params_file=params, return_state=True)
+    third = prepare("molecule", params_file=params, return_state=True)
     assert _build_task_state(third) == "Completed"
     prepared = pd.concat(pd.read_csv(tmp_path / "data/prepared/molecule" / f"{n}.csv") for n in ("train", "val", "test"))
     assert prepared["target"].min() == 1.0  # the new file's values, not the cached ones
@@ -155,7 +157,7 @@ def test_sigterm_stops_molecule_prepare_inside_rdkit(tmp_path):
     write_params(tmp_path, {"molecule": {"data": {"source": "file", "path": str(source), "split": "scaffold",
                                                   "max_heavy_atoms": 5000}}})
     env = {**workspace_env(tmp_path), "PYTHONPATH": str(PROJECT)}
-    process = subprocess.Popen([sys.executable, "-m", "flows.molecule.prepare"], cwd=tmp_path, env=env,
+    process = subprocess.Popen([sys.executable, "-m", "flows.stages.prepare", "molecule"], cwd=tmp_path, env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     chunks: list[bytes] = []  # raw chunks: a progress bar ends in no newline until its next update
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: process.stderr.read1(4096), b"")), daemon=True)

@@ -19,7 +19,7 @@ def test_calibrate_stage_refuses_a_planted_ensemble_in_one_line(tmp_path, finish
     marker, planted = tmp_path / "ran", workspace / "artifacts" / "sensor" / "finetuned.pt"
     planted.parent.mkdir(parents=True, exist_ok=True)
     torch.save({"model": {}, "members": [RunsCode(marker)]}, planted)
-    result = run(workspace, sys.executable, "-m", "flows.sensor.calibrate", check=False)
+    result = run(workspace, sys.executable, "-m", "flows.stages.calibrate", "sensor", check=False)
     assert result.returncode == 2
     assert (f"error: {planted}: refused to load: it holds Python objects that could run code (posix.system)"
             in result.stderr)

@@ -52,7 +52,7 @@ def test_tune_trials_run_on_a_dask_cluster_with_the_same_results_as_threads(work
 
 def test_finetune_stage_trains_data_parallel_under_torchrun(workspace):
     run(workspace, sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "-m", "flows.sensor.finetune")
+        "-m", "flows.stages.finetune", "sensor")
     client = MlflowClient(tracking_uri=f"sqlite:///{workspace / 'mlflow' / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("sensor").experiment_id
     runs = client.search_runs([experiment], "tags.stage = 'finetune'")

@@ -151,7 +151,7 @@ def test_the_gate_compares_only_the_same_task(tmp_path):
     assert refused["reasons"] == [
         "champion v1 predicts molecule regression of 'solubility'; this version predicts molecule regression of 'logD': "
         "not comparable. Register it under another name (molecule.registry.model_name in params.yaml), or replace "
-        "the champion's task with `python -m flows.molecule.register --new-task`"]
+        "the champion's task with `python -m flows.stages.register molecule --new-task`"]
     replaced = register(logd, new_task=True)
     assert replaced["promoted"] and "new task (--new-task)" in replaced["reasons"][0]
     trail = audit_trail(MlflowClient(), MOLECULE_NAME)

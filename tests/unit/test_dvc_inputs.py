@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from flows.family import FAMILIES
+
 ROOT = Path(__file__).resolve().parents[2]
 DVC = Path(sys.executable).with_name("dvc")
 PROJECT_PACKAGES = {"contract", "data", "flows", "models"}
@@ -67,19 +69,69 @@ def stage_code(module: str, declared: Callable[[Path], bool]) -> set[Path]:
     return seen
 
 
+def _imports(node: ast.AST) -> set[str]:
+    """The project modules imported anywhere inside `node` (absolute imports: the family modules use no other)."""
+    names = set()
+    for child in ast.walk(node):
+        if isinstance(child, ast.Import):
+            names.update(alias.name for alias in child.names)
+        elif isinstance(child, ast.ImportFrom):
+            names.add(child.module)
+            names.update(f"{child.module}.{alias.name}" for alias in child.names)
+    return {name for name in names if name.split(".")[0] in PROJECT_PACKAGES}
+
+
+def family_code(stage_module: str, family: str) -> set[str]:
+    """The project modules a generic stage (flows/stages/) runs of a family (flows/family.py): the family module's
+    module-level imports and the imports inside the methods the stage calls on it (`parts.<method>` or
+    `family.<method>`), and inside the methods (`self.<method>`) and module functions those call in turn."""
+    family_module = FAMILIES[family]
+    called = {node.attr for node in ast.walk(ast.parse(module_file(stage_module).read_text()))
+              if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id in ("parts", "family")}
+    tree = ast.parse(module_file(family_module).read_text())
+    functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+    for cls in (node for node in tree.body if isinstance(node, ast.ClassDef)):
+        functions.update({node.name: node for node in cls.body if isinstance(node, ast.FunctionDef)})
+    modules = {family_module} | _imports(ast.Module(
+        body=[node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))], type_ignores=[]))
+    todo, seen = [name for name in called if name in functions], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        modules |= _imports(functions[name])
+        for node in ast.walk(functions[name]):
+            if isinstance(node, ast.Name) and node.id in functions:  # a module function
+                todo.append(node.id)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" \
+                    and node.attr in functions:
+                todo.append(node.attr)
+    return modules
+
+
+def stage_code_of(module: str, family: str | None, declared: Callable[[Path], bool]) -> set[Path]:
+    """The project files a stage's command runs; a generic stage, of its family module only what family_code says."""
+    code = stage_code(module, declared)
+    for name in family_code(module, family) if family else ():
+        code |= {module_file(name)} if name == FAMILIES[family] else stage_code(name, declared)
+    return code
+
+
 def test_every_stage_declares_the_models_and_flow_code_it_runs():
-    """A change to a module under models/ or flows/<family>/ that a stage imports re-runs that stage: it is one of
-    the stage's deps (itself or its folder). flows.tune_command hands the stage over to flows.<family>.tune (runpy)."""
+    """A change to a module under models/ or flows/<family>/ that a stage runs re-runs that stage: it is one of the
+    stage's deps (itself or its folder). A generic stage (`flows.stages.<stage> <family>`) runs the methods of the
+    family it calls (family_code)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     undeclared = {}
     for name, stage in stages.items():
         command = stage["cmd"].split()
-        modules = [command[command.index("-m") + 1]]
-        if modules[0] == "flows.tune_command":
-            modules.append(f"flows.{command[-1]}.tune")
+        module = command[command.index("-m") + 1]
+        family = command[command.index("-m") + 2] if module.startswith("flows.stages.") else None
         deps = [Path(d) for d in stage.get("deps", [])]
         declared = lambda path: any(path == d or d in path.parents for d in deps)  # noqa: E731
-        code = set().union(*(stage_code(m, declared) for m in modules))
+        code = stage_code_of(module, family, declared)
         stage_made = lambda parts: parts[0] == "models" or (parts[0] == "flows" and len(parts) == 3)  # noqa: E731
         missing = sorted(str(p.relative_to(ROOT)) for p in code
                          if stage_made(p.relative_to(ROOT).parts) and p.name != "__init__.py"

@@ -452,7 +452,7 @@ def test_the_export_parity_check_skips_smiles_views_the_tokenizer_cannot_take(ex
     """A molecule too long for the tokenizer has no SMILES view to answer from without its graph: the export's
     parity check compares only the answers there are."""
     from data.molecules.featurize import FEATURIZER_VERSION
-    from flows.molecule.export import parity
+    from flows.molecule.onnx_export import parity
     from models.predictors import MoleculePredictor
     ensemble, _, path = exported
     card = {"task": "regression", "featurizer_version": FEATURIZER_VERSION, "tokenizer": TOKENIZER.to_dict(),

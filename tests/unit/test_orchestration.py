@@ -15,7 +15,7 @@ def test_ui_parameters_map_to_the_familys_keys_and_overrides_win():
     assert keys == {"sensor.data.path": "train_FD001.txt", "sensor.data.source": "cmapss",
                     "sensor.finetune.epochs": 9, "sensor.data.seed": 7, "sensor.pretrain.seed": 7,
                     "sensor.finetune.seed": 7}
-    assert family_overrides("molecule", None, "mols.csv", None, None, None) == {
+    assert family_overrides("molecule", "file", "mols.csv", None, None, None) == {
         "molecule.data.path": "mols.csv", "molecule.data.source": "file"}
     assert family_overrides("sensor", None, None, None, None, None) == {}
 
@@ -30,4 +30,4 @@ def test_a_data_path_without_a_file_source_is_refused():
     params = load_params(PROJECT / "params.yaml")
     with pytest.raises(ParamsError, match="sensor.data.path is set but sensor.data.source is 'simulator'"):
         check_sources(with_overrides(params, family_overrides("sensor", None, "fleet.csv", None, None, None)))
-    check_sources(with_overrides(params, family_overrides("molecule", None, "mols.csv", None, None, None)))
+    check_sources(with_overrides(params, family_overrides("molecule", "file", "mols.csv", None, None, None)))

@@ -1,34 +1,29 @@
-"""Stage `molecule_export`: the calibrated ensemble to ONNX, checked against PyTorch, evaluated on test; the training
-reference of the monitor (descriptor ranges and Morgan fingerprints, contract/reference.py)."""
+"""The molecule family's export (flows/stages/export.py): the calibrated ensemble to ONNX, checked against PyTorch,
+evaluated on test; the training reference of the monitor (descriptor ranges and Morgan fingerprints,
+contract/reference.py)."""
 
 from __future__ import annotations
 
-import mlflow
 import numpy as np
 import pandas as pd
 import torch
-from prefect import flow
 
 from data.molecules.descriptors import DESCRIPTOR_SIZE, DESCRIPTORS
 from data.molecules.encodings import LAPLACIAN_K, RANDOM_WALK_K
 from data.molecules.featurize import FEATURIZER_VERSION, MODEL_INPUT_AXES, MODEL_INPUTS, graph_less
 from data.molecules.tokenizer import SmilesTokenizer
-from flows.json_io import read_json, write_json
+from flows.family import Exported
+from flows.json_io import read_json
 from flows.molecule.artifacts import featurize, load_ensemble
 from flows.molecule.evaluation import calibration_error, outputs, test_metrics, uncertainty_figures
-from flows.molecule.prepared import load_molecules, targets
-from flows.params import load_params
-from flows.paths import MOLECULE
-from contract.manifest import sha256_file
-from contract.reference import write_reference
-from flows.tasks import compute_task, stage_cli
-from flows.tracking import stage_run
+from flows.molecule.prepared import targets
+from flows.paths import StagePaths
+from flows.tasks import compute_task
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx
 from models.mc_dropout import FixedMaskPasses
 from models.molecule.training import Molecules, fixed_mask_members, model_arrays
 from models.monitoring import molecule_reference
 from models.predictors import MoleculePredictor
-from models.uncertainty_quality import uncertainty_metrics
 
 INPUT_DOC = {
     "atom_features": "int64 (atoms, 7) categorical atom features",
@@ -46,9 +41,9 @@ INPUT_DOC = {
 
 
 @compute_task(name="export-onnx")
-def export(model, example: dict[str, np.ndarray], task: str, opset: int) -> None:
+def export(model, example: dict[str, np.ndarray], task: str, path, opset: int) -> None:
     tensors = {name: torch.from_numpy(example[name]) for name in MODEL_INPUTS}
-    export_onnx(model, tensors, MODEL_INPUT_AXES, outputs(task), MOLECULE.onnx, opset)
+    export_onnx(model, tensors, MODEL_INPUT_AXES, outputs(task), path, opset)
 
 
 @compute_task(name="parity-check")
@@ -72,35 +67,34 @@ def parity(model, predictor: MoleculePredictor, molecules: Molecules, smiles: li
     return diff
 
 
-@flow(name="molecule-export")
-def molecule_export(params_file: str = "params.yaml") -> dict:
-    """Export, verify parity, evaluate the ONNX model on the test molecules, write the model card."""
-    params = load_params(params_file)
-    members, state = load_ensemble(MOLECULE.finetuned)
-    task = state["task"]
-    calibration = read_json(MOLECULE.calibration)
-    prepared = load_molecules()
-    tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
-    val_smiles = list(prepared.splits["val"]["smiles"][:64])
-    val_data = featurize(val_smiles, tokenizer, params.molecule.data.max_heavy_atoms)
+def calibrated_graph(members, state: dict, calibration: dict, val_data: Molecules):
+    """The network the ONNX file holds: the members (with the fixed-mask passes calibrate fitted on, built on the
+    first validation molecules) and the calibration (interval scale or temperature)."""
     passes = calibration.get("mask_passes", 0)
-    if passes:  # the passes calibrate fitted on, inside the graph
+    if passes:
         members = [FixedMaskPasses(m, passes) for m in fixed_mask_members(
             members, passes, calibration["mask_seed"], val_data.subset(range(min(8, len(val_data)))))]
-    if task == "regression":
-        model = CalibratedRegressorEnsemble(members, state["target_mean"], state["target_std"], calibration["scale"])
-    else:
-        model = CalibratedClassifierEnsemble(members, calibration["temperature"])
-    export(model.eval(), model_arrays(val_data.subset(range(min(4, len(val_data))))), task,
-           params.molecule.export.opset)
+    if state["task"] == "regression":
+        return CalibratedRegressorEnsemble(members, state["target_mean"], state["target_std"], calibration["scale"])
+    return CalibratedClassifierEnsemble(members, calibration["temperature"])
 
-    data = params.molecule.data
+
+def export_model(cfg, paths: StagePaths, prepared) -> Exported:
+    """Export, verify parity on validation molecules, evaluate on test and validation."""
+    members, state = load_ensemble(paths.finetuned)
+    task = state["task"]
+    calibration = read_json(paths.calibration)
+    tokenizer = SmilesTokenizer.from_dict(state["tokenizer"])
+    val_smiles = list(prepared.splits["val"]["smiles"][:64])
+    val_data = featurize(val_smiles, tokenizer, cfg.data.max_heavy_atoms)
+    model = calibrated_graph(members, state, calibration, val_data).eval()
+    export(model, model_arrays(val_data.subset(range(min(4, len(val_data))))), task, paths.onnx, cfg.export.opset)
+    data = cfg.data
     card = {"family": "molecule", "task": task, "target": data.target_column if data.source == "file" else data.source,
-            "featurizer_version": FEATURIZER_VERSION,
-            "tokenizer": tokenizer.to_dict(), "model": state["model"],
-            "calibration": calibration, "ensemble_size": len(members), "mask_passes": passes, "outputs": outputs(task),
-            "inputs": INPUT_DOC, "smiles_only": state["model"]["modalities"] != "graph"}
-    predictor = MoleculePredictor(MOLECULE.onnx, card, prefer_cuda=False)
+            "featurizer_version": FEATURIZER_VERSION, "tokenizer": tokenizer.to_dict(), "model": state["model"],
+            "calibration": calibration, "ensemble_size": len(members), "mask_passes": calibration.get("mask_passes", 0),
+            "outputs": outputs(task), "inputs": INPUT_DOC, "smiles_only": state["model"]["modalities"] != "graph"}
+    predictor = MoleculePredictor(paths.onnx, card, prefer_cuda=False)
     max_diff = parity(model, predictor, val_data, val_smiles)
     test = prepared.splits["test"]
     out = predictor.predict(list(test["smiles"]))
@@ -111,23 +105,9 @@ def molecule_export(params_file: str = "params.yaml") -> dict:
     val_metrics = test_metrics(task, targets(prepared, "val"), val_out["prediction"], val_out["uncertainty"], card)
     card.update({"test_metrics": metrics, "val_metrics": val_metrics,
                  "uncertainty_quality": uncertainty_figures(task, y, out["prediction"], out["uncertainty"]),
-                 "calibration_error": calibration_error(task, metrics, card),
-                 "parity_max_abs_diff": max_diff, "onnx_sha256": sha256_file(MOLECULE.onnx)})
-    write_json(MOLECULE.model_card, card)
-    write_reference(MOLECULE.reference, molecule_reference(list(prepared.splits["train"]["smiles"])))
-    MOLECULE.predictions.parent.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame({"smiles": test["smiles"], "target": y, "prediction": np.round(out["prediction"], 6),
-                  "uncertainty": np.round(out["uncertainty"], 6)}).to_csv(MOLECULE.predictions, index=False)
-    with stage_run(params.tracking, "molecule", "export", {"export": params.molecule.export.model_dump()},
-                   {"molecule": MOLECULE.prepared}):
-        mlflow.log_metrics({"parity_max_abs_diff": max_diff, **{f"test_{k}": v for k, v in metrics.items()},
-                            **{f"val_{k}": v for k, v in val_metrics.items()},
-                            **uncertainty_metrics(card["uncertainty_quality"])})
-        mlflow.log_artifact(str(MOLECULE.model_card))
-    print(f"molecule model exported (parity {max_diff:.1e}); test metrics "
-          f"{ {k: round(v, 4) for k, v in metrics.items()} }")
-    return card
-
-
-if __name__ == "__main__":
-    stage_cli(molecule_export)
+                 "calibration_error": calibration_error(task, metrics, card), "parity_max_abs_diff": max_diff})
+    predictions = pd.DataFrame({"smiles": test["smiles"], "target": y, "prediction": np.round(out["prediction"], 6),
+                                "uncertainty": np.round(out["uncertainty"], 6)})
+    return Exported(card, molecule_reference(list(prepared.splits["train"]["smiles"])), predictions, {},
+                    f"molecule model exported (parity {max_diff:.1e}); test metrics "
+                    f"{ {k: round(v, 4) for k, v in metrics.items()} }")
