@@ -34,8 +34,8 @@ class ExportConfig(StrictModel):
 class SensorExportConfig(ExportConfig):
     """ONNX export of the sensor ensemble, optionally quantised to int8 (models/quantization.py)."""
 
-    quantize: bool = Field(False, description="int8 convolutions (calibrated on validation) and MatMul weights: 1.3-1.4x "
-                           "faster than float on CPU at batch 16-64 (measured); outputs move, so the int8 file is what gets evaluated")
+    quantize: bool = Field(False, description="int8 convolutions (calibrated on validation) and MatMul weights, faster "
+                           "on CPU (bench/results/onnx_vs_torch.md); outputs move, so the int8 file is what gets evaluated")
     quantize_max_diff: float = Field(
         0.05, gt=0, le=1, description="refuse the int8 model when a probability or uncertainty on the validation "
         "windows moves more than this from the float model's"

@@ -37,9 +37,7 @@ class MoleculeDataConfig(StrictModel):
         MAX_HEAVY_ATOMS,
         ge=1,
         description="a molecule with more heavy atoms is dropped and counted in the report (`too_large`) before "
-        "standardisation, scaffold and encodings, whose cost grows about cubically with atoms: standardise + scaffold "
-        "+ featurise take about 0.03 s / 0.06 s / 0.2 s per molecule at 100 / 200 / 400 heavy atoms, 3 s at 1,000 "
-        "and 20-40 s at 2,000 on one CPU core",
+        "standardisation, scaffold and encodings, whose cost grows about cubically with atoms",
     )
     seed: int = 0
 
