@@ -217,7 +217,7 @@ def seconds(row: dict) -> float:
 
 COST_TOLERANCE = 0.25
 """Mean seconds per run within this share of the cheapest count as the same cost: they are measured under whatever else
-shared the two cores (the same network took 199 s and 530 s on two occasions), so a few per cent decide nothing.
+shared the machine (the same network's seconds vary with its load), so a few per cent decide nothing.
 Among recipes of the same cost the higher score is chosen."""
 
 CPU_BUDGET_SECONDS = 600.0
