@@ -58,6 +58,19 @@ class MoleculeBatch:
     y: torch.Tensor
 
 
+@dataclass(frozen=True)
+class MoleculePretrainBatch:
+    """One pretraining batch of B molecules with N atoms, on the training device: `inputs` as MoleculeBatch's,
+    hidden_atoms (N,) and hidden_tokens (B, T) bool the masked atoms and tokens, and with the distance task pairs
+    (P, 2) int64 sampled atom pairs and distances (P,) int64 their shortest-path distance classes (else None)."""
+
+    inputs: list[torch.Tensor]
+    hidden_atoms: torch.Tensor
+    hidden_tokens: torch.Tensor
+    pairs: torch.Tensor | None = None
+    distances: torch.Tensor | None = None
+
+
 def bucketed_batches(molecules: Molecules, batch_size: int, seed: int, bucket: int = 8):
     """Shuffled index batches (like models.batching.index_batches) whose members have similar SMILES lengths:
     a seeded permutation cut into chunks of `bucket` batches, each chunk sorted by token count and cut into
@@ -127,7 +140,7 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
     if not len(with_tokens):
         raise ValueError("pretraining needs molecules whose SMILES fit the tokenizer")
 
-    def batches(epoch: int):
+    def batches(epoch: int) -> Iterator[MoleculePretrainBatch]:
         for idx in bucketed_batches(with_tokens, cfg.batch_size, cfg.seed + epoch):
             arrays = model_arrays(with_tokens.subset(idx), rng, sign_flip=cfg.sign_flip)
             n_atoms, tokens = len(arrays["batch"]), arrays["tokens"]
@@ -138,15 +151,15 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
             rows, cols = np.nonzero(maskable)
             pick = rng.integers(len(rows))
             hidden_tokens[rows[pick], cols[pick]] = True
-            structure = ()
+            pairs = distances = None
             if cfg.distance_weight > 0:
                 pairs, distances = distance_pairs(arrays["edge_index"], arrays["batch"], cfg.distance_pairs, rng)
-                structure = (torch.from_numpy(pairs).to(device), torch.from_numpy(distances).to(device))
-            yield (*tensors(arrays, device), torch.from_numpy(hidden_atoms).to(device),
-                   torch.from_numpy(hidden_tokens).to(device), *structure)
+                pairs, distances = torch.from_numpy(pairs).to(device), torch.from_numpy(distances).to(device)
+            yield MoleculePretrainBatch(tensors(arrays, device), torch.from_numpy(hidden_atoms).to(device),
+                                        torch.from_numpy(hidden_tokens).to(device), pairs, distances)
 
-    def step(net, batch):
-        total, parts = net(*batch)
+    def step(net, batch: MoleculePretrainBatch) -> torch.Tensor:
+        total, parts = net(*batch.inputs, batch.hidden_atoms, batch.hidden_tokens, batch.pairs, batch.distances)
         return total
 
     result = train(objective, batches, step, None,

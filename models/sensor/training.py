@@ -35,6 +35,18 @@ from models.training import Checkpoint, TrainingHooks, TrainingSettings, TrainRe
 MASK_SPAN = 4
 
 
+@dataclass(frozen=True)
+class SensorPretrainBatch:
+    """One pretraining batch, on the training device: x (B, 2C, T) features, hidden (B, T) bool the time steps
+    masked for reconstruction, view_a and view_b (B, 2C, T) two augmented views of x (x itself without the
+    contrastive objective)."""
+
+    x: torch.Tensor
+    hidden: torch.Tensor
+    view_a: torch.Tensor
+    view_b: torch.Tensor
+
+
 class PretrainObjective(nn.Module):
     """reconstruction_weight * masked reconstruction + contrastive_weight * NT-Xent, one shared encoder."""
 
@@ -65,17 +77,20 @@ def pretrain_encoder(
     objective = PretrainObjective(encoder, n_channels, model_cfg, cfg)
     contrastive = cfg.contrastive_weight > 0
 
-    def batches(epoch: int):
+    def batches(epoch: int) -> Iterator[SensorPretrainBatch]:
         rng = np.random.default_rng([cfg.seed, epoch])
         generator = torch.Generator().manual_seed(cfg.seed * 100_003 + epoch)
+        tensor = lambda a: torch.from_numpy(a).to(device)  # noqa: E731
         for idx in index_batches(len(features), cfg.batch_size, cfg.seed + epoch):
             x = features[idx]
             hidden = random_spans(len(idx), x.shape[-1], cfg.mask_ratio, MASK_SPAN, generator)
             views = [augment(x, rng, cfg.augmentations, cfg.augment_probability) if contrastive else x for _ in range(2)]
-            yield tuple(torch.from_numpy(a).to(device) if isinstance(a, np.ndarray) else a.to(device)
-                        for a in (x, hidden, *views))
+            yield SensorPretrainBatch(tensor(x), hidden.to(device), tensor(views[0]), tensor(views[1]))
 
-    result = train(objective, batches, lambda model, batch: model(*batch), None,
+    def loss_step(model: nn.Module, batch: SensorPretrainBatch) -> torch.Tensor:
+        return model(batch.x, batch.hidden, batch.view_a, batch.view_b)
+
+    result = train(objective, batches, loss_step, None,
                    TrainingSettings(epochs=cfg.epochs, lr=cfg.lr, desc="pretrain sensor"), device=device)
     return encoder.cpu(), objective.reconstruction.decoder.cpu(), result
 
