@@ -91,9 +91,7 @@ def _rng_state(device: torch.device) -> dict:
     return state
 
 
-def _set_rng_state(state: dict | torch.Tensor, device: torch.device) -> None:
-    if isinstance(state, torch.Tensor):  # a checkpoint written before the device's generator was saved
-        state = {"cpu": state}
+def _set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["cpu"])
     if device.type == "cuda" and "cuda" in state:
         torch.cuda.set_rng_state(state["cuda"], device)
