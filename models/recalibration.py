@@ -104,7 +104,8 @@ def _temperature_step(calibration: TemperatureCalibration) -> GraphStep:
         make("Mul", ["recal_dp", "recal_temperature"], ["recal_dpt"]),
         make("Div", ["recal_dq", "recal_dpt"], ["recal_slope"]),
     ]
-    return _probability_step(body, [_constant("recal_one", 1.0), _constant("recal_temperature", calibration.temperature)])
+    constants = [_constant("recal_one", 1.0), _constant("recal_temperature", calibration.temperature)]
+    return _probability_step(body, constants)
 
 
 @graph_step.register(IsotonicCalibration)

@@ -152,8 +152,8 @@ class _Loop:
     def __init__(self, model: torch.nn.Module, settings: TrainingSettings, device: torch.device,
                  distributed: DistributedContext | None, hooks: TrainingHooks, checkpoint: Checkpoint | None):
         model.to(device)
-        self.model, self.settings, self.device, self.distributed, self.hooks = model, settings, device, distributed, hooks
-        self.checkpoint = checkpoint
+        self.model, self.settings, self.device = model, settings, device
+        self.distributed, self.hooks, self.checkpoint = distributed, hooks, checkpoint
         self.optimiser = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
         self.result = TrainResult()
         self.best_state: dict | None = None
