@@ -168,3 +168,9 @@ class PipelineFamily(ABC):
     def test_figures(self, prepared, card: dict, baseline: dict) -> list[Path]:
         """Figures of the test predictions next to the baselines' (a DVC plot among them)."""
         return []
+
+    # ---------------------------------------------------------------- monitor
+    def input_drift(self, reference: dict, recent: pd.DataFrame, cfg) -> tuple[dict, list[str], dict[str, float]]:
+        """How far the recent served inputs (the prediction store's rows) are from the training reference
+        (contract/reference.py), with `monitor` settings `cfg`: a report, its alarms, flat metrics for MLflow."""
+        return {"note": f"the {self.name} family reports no input drift"}, [], {}

@@ -265,5 +265,38 @@ class MoleculeFamily(PipelineFamily):
         return [plots.reliability_diagram(y, predictions, self.paths.plots / "test_performance.png"),
                 plots.roc_curves(y, predictions, self.paths.plots / "roc_test.png")]
 
+    def input_drift(self, reference: dict, recent, cfg) -> tuple[dict, list[str], dict[str, float]]:
+        """The applicability domain: each recent molecule's nearest training neighbour (Tanimoto on Morgan bits) and
+        descriptors outside the training ranges; the alarm on the share without a close neighbour."""
+        from data.errors import DataValidationError
+        from models.drift import nearest_similarity, out_of_range
+        from models.monitoring import descriptor_matrix, morgan_bits
+
+        smiles, unreadable = [], 0
+        for summary, output in zip(recent["input_summary"], recent["output"]):
+            item = (summary or {}).get("canonical_smiles") or (summary or {}).get("smiles") or (output or {}).get("smiles")
+            try:
+                if item is not None:
+                    morgan_bits([item])  # parses and standardises
+                    smiles.append(item)
+                    continue
+            except DataValidationError:
+                pass
+            unreadable += 1
+        report: dict = {"n": len(smiles), "unreadable": unreadable}
+        if not smiles:
+            return report, [], {}
+        similarity = nearest_similarity(reference["fingerprints"], morgan_bits(smiles))
+        outside = float(np.mean(similarity < cfg.min_similarity))
+        report.update({"out_of_range": out_of_range(reference, descriptor_matrix(smiles)),
+                       "nn_similarity_mean": float(similarity.mean()),
+                       "nn_similarity_p10": float(np.quantile(similarity, 0.1)), "out_of_domain": outside})
+        alarms = []
+        if len(smiles) >= cfg.min_outcomes and outside > cfg.max_out_of_domain:
+            alarms.append(f"applicability domain: {outside:.1%} of the last {len(smiles)} molecules have no training "
+                          f"neighbour with Tanimoto >= {cfg.min_similarity} (bound {cfg.max_out_of_domain:.0%})")
+        return report, alarms, {"input_nn_similarity_mean": report["nn_similarity_mean"],
+                                "input_out_of_domain": outside, "input_out_of_range_any": report["out_of_range"]["any"]}
+
 
 FAMILY = MoleculeFamily()

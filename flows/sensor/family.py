@@ -206,5 +206,25 @@ class SensorFamily(PipelineFamily):
                   **{o["name"]: np.asarray(o["test_probability"]) for o in baseline["baselines"]}}
         return [plots.pr_curves(prepared.windows["test"].y, scores, self.paths.plots / "pr_curve_test.png")]
 
+    def input_drift(self, reference: dict, recent, cfg) -> tuple[dict, list[str], dict[str, float]]:
+        """PSI and KS of each channel's window means against the training windows'; the alarm on the worst PSI."""
+        import math
+
+        from contract.prediction_store import summary_means
+        from models.monitoring import sensor_drift
+
+        channels = reference["channels"].tolist()
+        drift = sensor_drift(reference, summary_means(recent["input_summary"], channels))
+        psi = {c: d["psi"] for c, d in drift.items() if math.isfinite(d["psi"])}
+        report = {"n": len(recent), "channels": drift, "max_psi": max(psi.values(), default=float("nan")),
+                  "max_ks": max((d["ks"] for d in drift.values() if math.isfinite(d["ks"])), default=float("nan"))}
+        alarms = []
+        if len(recent) >= cfg.min_outcomes and psi and report["max_psi"] > cfg.max_psi:
+            worst = max(psi, key=psi.get)
+            alarms.append(f"input drift: PSI {psi[worst]:.3f} on channel {worst} exceeds {cfg.max_psi} "
+                          f"(last {len(recent)} windows)")
+        metrics = {f"input_{k}": report[k] for k in ("max_psi", "max_ks") if math.isfinite(report[k])}
+        return report, alarms, {**metrics, **{f"input_psi_{c}": value for c, value in psi.items()}}
+
 
 FAMILY = SensorFamily()
