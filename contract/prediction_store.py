@@ -28,6 +28,7 @@ import datetime
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import orjson
@@ -80,6 +81,32 @@ outcomes = Table(
     Column("received_at", DateTime(timezone=True), nullable=False),
     Index("outcomes_family_received", "family", "received_at"),
 )
+
+
+class PredictionRow(TypedDict):
+    """One row of `predictions` as the service writes it (see the module docstring for each field)."""
+
+    id: str
+    created_at: datetime.datetime
+    family: str
+    model_name: str
+    model_version: str
+    role: str
+    request_id: str
+    unit: str | None
+    time: float | None
+    input_digest: str
+    input_summary: dict
+    output: dict
+    latency_ms: float | None
+    failed: bool
+
+
+class StoredPrediction(PredictionRow):
+    """A row of `predictions` read back with its outcome (`observed` and `received_at` None while none came)."""
+
+    observed: float | None
+    received_at: datetime.datetime | None
 
 
 def resolve_url(root: Path, url: str | None = None) -> str:
@@ -177,7 +204,7 @@ def task_of(family: str, output: Mapping) -> str:
     return "classification" if family == "sensor" or "probability" in output else "regression"
 
 
-def insert_predictions(engine: Engine, rows: Sequence[Mapping]) -> None:
+def insert_predictions(engine: Engine, rows: Sequence[PredictionRow]) -> None:
     """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction.
 
     On SQLite each row goes to the driver as a tuple of what the column types' own bind processors make of its
@@ -241,7 +268,7 @@ def record_outcomes(engine: Engine, observed: Mapping[str, tuple[str, float]]) -
 
 
 def read_predictions(engine: Engine, family: str | None = None, since: datetime.datetime | None = None,
-                     until: datetime.datetime | None = None) -> list[dict]:
+                     until: datetime.datetime | None = None) -> list[StoredPrediction]:
     """Predictions made in [since, until), oldest first, each with its outcome: the `predictions` columns plus
     `observed` and `received_at` (None while no outcome came). Times are timezone-aware UTC."""
     query = (select(predictions, outcomes.c.observed, outcomes.c.received_at)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.prediction_store import DOMAIN_FIELDS, window_summaries
+from contract.prediction_store import DOMAIN_FIELDS, PredictionRow, window_summaries
 
 NOT_LOGGED = frozenset(("prediction_id", "smiles", "canonical_smiles", *DOMAIN_FIELDS))  # answer fields, not output
 RECORD_GLOBALS = ("_answered", "_windows", "MoleculesRecord")  # the names a pickled record refers to (log_process)
@@ -36,7 +36,7 @@ class Answered:
         return _answered, (self.family, self.model_name, self.model_version, self.role, self.request_id,
                            self.created_at.timestamp(), self.latency_ms, self.failed)
 
-    def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> dict:
+    def row(self, prediction_id: str, digest: str, summary: dict, answer: dict, unit=None, time=None) -> PredictionRow:
         output = {key: value for key, value in answer.items() if key not in NOT_LOGGED}
         return {"id": prediction_id, "created_at": self.created_at, "family": self.family,
                 "model_name": self.model_name, "model_version": self.model_version, "role": self.role,
@@ -73,7 +73,7 @@ class WindowsRecord:
         return _windows, (self.answered, windows.tobytes(), windows.shape, self.channels, self.answers, self.units,
                           self.times)
 
-    def rows(self, summaries: Sequence[dict]) -> list[dict]:
+    def rows(self, summaries: Sequence[dict]) -> list[PredictionRow]:
         """The rows, given each window's summary."""
         windows = self.windows.astype("<f4", copy=False)
         return [self.answered.row(answer["prediction_id"], hashlib.sha256(window.tobytes()).hexdigest(), summary,
@@ -96,7 +96,7 @@ class MoleculesRecord:
     def __reduce__(self):
         return MoleculesRecord, (self.answered, self.answers)
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[PredictionRow]:
         """The rows; the summary holds the canonical SMILES and the applicability domain when answered."""
         return [self.answered.row(answer["prediction_id"], hashlib.sha256(answer["smiles"].encode()).hexdigest(),
                                   {"canonical_smiles": answer["canonical_smiles"],
@@ -105,7 +105,7 @@ class MoleculesRecord:
                 for answer in self.answers]
 
 
-def rows_of(records: Sequence[WindowsRecord | MoleculesRecord]) -> list[dict]:
+def rows_of(records: Sequence[WindowsRecord | MoleculesRecord]) -> list[PredictionRow]:
     """The rows of a batch of records, in order. The windows of all records with one layout (channels, steps) are
     summarised together: numpy's cost per call would otherwise dominate one-window requests."""
     layouts: dict[tuple, list[WindowsRecord]] = {}

@@ -122,6 +122,58 @@ def _app_handler(app: FastAPI, error: Exception) -> Callable | None:
     return next((app.exception_handlers[kind] for kind in type(error).__mro__ if kind in app.exception_handlers), None)
 
 
+class ProtocolRoutes:
+    """The /v2 handlers over the service's models, rollout and limits."""
+
+    def __init__(self, settings: ServingSettings, store: ModelStore, predictions: Predictions, rollout: Rollout):
+        self.settings, self.store, self.predictions, self.rollout = settings, store, predictions, rollout
+        self.logged = rollout.log.enabled
+
+    def served(self, name: str, version: str | None) -> tuple[ServedFamily, LoadedModel]:
+        """The family and model named `name` (registry name or family), at `version` when one is named."""
+        families = {**{registered: family for family, registered in self.store.names.items()},
+                    **{family: family for family in self.store.names}}
+        if name not in families:
+            raise ProtocolError(404, f"unknown model {name!r}; this server has {', '.join(sorted(families))}")
+        model = self.predictions.model_of(families[name])
+        if version is not None and version != model.version:
+            raise ProtocolError(404, f"model {name!r} version {version!r} is not served; version {model.version} is")
+        return self.predictions.families[families[name]], model
+
+    async def ready(self) -> dict:
+        """200 once every model is loaded, else 503 saying what is missing."""
+        if not self.store.ready:
+            problems = {**{family: "loading" for family in self.store.names if family not in self.store.models},
+                        **self.store.problems}
+            raise ProtocolError(503, f"not ready: {'; '.join(f'{k}: {v}' for k, v in problems.items())}")
+        return {"ready": True}
+
+    async def model_metadata(self, name: str, request: Request) -> dict:
+        """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
+        return _metadata(*self.served(name, request.path_params.get("version")), self.logged)
+
+    async def model_ready(self, name: str, request: Request) -> dict:
+        """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
+        return {"name": self.served(name, request.path_params.get("version"))[1].name, "ready": True}
+
+    async def infer(self, name: str, request: Request) -> Response:
+        """Named tensors in, named tensors out: JSON, or binary after the JSON (Inference-Header-Content-Length)."""
+        version = request.path_params.get("version")
+        family, model = self.served(name, version)
+        inference, binary = _read_request(await request.body(), request.headers)
+        wanted = _wanted_outputs(inference, _output_types(family, model, self.logged))
+        values = _input_values(family, model, inference, binary, self.settings.max_items)
+        rows, answered = await within_deadline(
+            request, self.rollout.serve(family, family.tensor_items(values, model), pinned=version is not None),
+            self.settings.request_timeout_s)
+        outputs = family.output_arrays(rows, answered)
+        if self.logged:
+            outputs["prediction_id"] = np.array([r.get("prediction_id", "") for r in rows], object)
+        if version is not None and answered.version != version:
+            raise NotReady(f"{answered.name} changed to version {answered.version} while the request waited; retry")
+        return _answer(answered, inference.id, wanted, outputs)
+
+
 def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions,
                     rollout: Rollout) -> APIRouter:
     """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
@@ -129,68 +181,28 @@ def protocol_router(settings: ServingSettings, store: ModelStore, predictions: P
     Inference goes through the rollout, the prediction log and the monitoring like /v1 (a request naming a
     version is answered by the champion of that version, never by a canary); with the log on, each item's
     `prediction_id` is an output (BYTES, empty for an item that got an `error`)."""
-    logged = rollout.log.enabled
+    routes = ProtocolRoutes(settings, store, predictions, rollout)
     router = APIRouter(prefix="/v2", route_class=ProtocolRoute, tags=["open inference protocol"])
     guarded = api_key_guard(settings.api_key)
-
-    def served(name: str, version: str | None) -> tuple[ServedFamily, LoadedModel]:
-        families = {**{registered: family for family, registered in store.names.items()},
-                    **{family: family for family in store.names}}
-        if name not in families:
-            raise ProtocolError(404, f"unknown model {name!r}; this server has {', '.join(sorted(families))}")
-        model = predictions.model_of(families[name])
-        if version is not None and version != model.version:
-            raise ProtocolError(404, f"model {name!r} version {version!r} is not served; version {model.version} is")
-        return predictions.families[families[name]], model
 
     @router.get("/health/live")
     async def live() -> dict:
         """200 while the process is up."""
         return {"live": True}
 
-    @router.get("/health/ready", responses=protocol_errors(503))
-    async def ready() -> dict:
-        """200 once every model is loaded, else 503 saying what is missing."""
-        if not store.ready:
-            problems = {**{family: "loading" for family in store.names if family not in store.models},
-                        **store.problems}
-            raise ProtocolError(503, f"not ready: {'; '.join(f'{k}: {v}' for k, v in problems.items())}")
-        return {"ready": True}
+    router.add_api_route("/health/ready", routes.ready, methods=["GET"], responses=protocol_errors(503))
 
     @router.get("")
     async def server_metadata() -> dict:
         return {"name": "failsafe-ml", "version": package_version("failsafe-ml"), "extensions": ["binary_tensor_data"]}
 
-    async def model_metadata(name: str, request: Request) -> dict:
-        """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
-        return _metadata(*served(name, request.path_params.get("version")), logged)
-
-    async def model_ready(name: str, request: Request) -> dict:
-        """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
-        return {"name": served(name, request.path_params.get("version"))[1].name, "ready": True}
-
-    async def infer(name: str, request: Request) -> Response:
-        """Named tensors in, named tensors out: JSON, or binary after the JSON (Inference-Header-Content-Length)."""
-        version = request.path_params.get("version")
-        family, model = served(name, version)
-        inference, binary = _read_request(await request.body(), request.headers)
-        wanted = _wanted_outputs(inference, _output_types(family, model, logged))
-        items = family.tensor_items(_input_values(family, model, inference, binary, settings.max_items), model)
-        rows, answered = await within_deadline(request, rollout.serve(family, items, pinned=version is not None),
-                                               settings.request_timeout_s)
-        outputs = family.output_arrays(rows, answered)
-        if logged:
-            outputs["prediction_id"] = np.array([r.get("prediction_id", "") for r in rows], object)
-        if version is not None and answered.version != version:
-            raise NotReady(f"{answered.name} changed to version {answered.version} while the request waited; retry")
-        return _answer(answered, inference.id, wanted, outputs)
-
     lookup = protocol_errors(401, 404, 422, 503)
     for base in ("/models/{name}", "/models/{name}/versions/{version}"):
-        router.add_api_route(base, model_metadata, methods=["GET"], dependencies=guarded, responses=lookup)
-        router.add_api_route(f"{base}/ready", model_ready, methods=["GET"], dependencies=guarded, responses=lookup)
-        router.add_api_route(f"{base}/infer", infer, methods=["POST"], dependencies=guarded, response_class=Response,
-                             responses=protocol_errors(400, 401, 404, 413, 422, 503, 504))
+        router.add_api_route(base, routes.model_metadata, methods=["GET"], dependencies=guarded, responses=lookup)
+        router.add_api_route(f"{base}/ready", routes.model_ready, methods=["GET"], dependencies=guarded,
+                             responses=lookup)
+        router.add_api_route(f"{base}/infer", routes.infer, methods=["POST"], dependencies=guarded,
+                             response_class=Response, responses=protocol_errors(400, 401, 404, 413, 422, 503, 504))
     return router
 
 

@@ -67,17 +67,16 @@ class SensorFamily(ServedFamily):
     request, response = SensorRequest, SensorResponse
     items_name, tensor_name = "windows", "windows"
 
-    def __init__(self, settings, metrics):
-        super().__init__(settings, metrics)
-        self.inline_max_items = settings.inline_max_items  # cheaper than a thread hop for small batches
-        self.units = UnitReferences(engine_for(resolve_url(Path(settings.params_file).resolve().parent,
-                                                                settings.prediction_store)),
-                                    settings.max_units, settings.units_refresh_s)
-        self.recent = SensorInputs(settings.monitor_drift_window)
-
     @staticmethod
     def details(card: dict) -> dict:
         return {"channels": card["channels"], "window": int(card["window"]), "threshold": float(card["threshold"])}
+
+    def __init__(self, settings, metrics):
+        super().__init__(settings, metrics)
+        self.inline_max_items = settings.inline_max_items  # cheaper than a thread hop for small batches
+        store = engine_for(resolve_url(Path(settings.params_file).resolve().parent, settings.prediction_store))
+        self.units = UnitReferences(store, settings.max_units, settings.units_refresh_s)
+        self.recent = SensorInputs(settings.monitor_drift_window)
 
     def items(self, body: SensorRequest, model: LoadedModel) -> SensorItems:
         self.check_count(len(body.windows))
