@@ -15,6 +15,7 @@ fitting and applying import scipy and scikit-learn where they run.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, TypeVar, get_args
 
 import numpy as np
@@ -158,6 +159,17 @@ def binary_nll(y: np.ndarray, p: np.ndarray, eps: float = 1e-7) -> float:
     p = np.clip(np.asarray(p, dtype=float), eps, 1 - eps)
     y = np.asarray(y, dtype=float)
     return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def cross_fitted_nll(y: np.ndarray, splits: Iterable[tuple[np.ndarray, np.ndarray]],
+                     predict: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> float:
+    """NLL of labels y (n,) 0/1 under out-of-fold probabilities: for each (fit, out) index split, predict(fit, out)
+    gives the probabilities of rows `out` from a map fitted on rows `fit` alone (a fitting part holding one class
+    predicts its rate instead)."""
+    p = np.empty(len(y))
+    for fit, out in splits:
+        p[out] = y[fit].mean() if len(np.unique(y[fit])) < 2 else predict(fit, out)
+    return binary_nll(y, p)
 
 
 # ---------------------------------------------------------------- the typed calibrations and their registry
@@ -344,14 +356,7 @@ def select_calibration(logits: np.ndarray, y: np.ndarray, groups: np.ndarray | N
         splits = list(GroupKFold(n_splits=min(folds, n_groups)).split(logits, y, groups))
     else:
         splits = list(StratifiedKFold(n_splits=min(folds, minority), shuffle=True, random_state=0).split(logits, y))
-    scores = {}
-    for method in methods:
-        p = np.empty(len(y))
-        for fit_idx, eval_idx in splits:
-            if len(np.unique(y[fit_idx])) < 2:
-                p[eval_idx] = y[fit_idx].mean()
-                continue
-            p[eval_idx] = kinds[method].fit(logits[fit_idx], y[fit_idx]).probability(logits[eval_idx])
-        scores[method] = binary_nll(y, p)
+    scores = {method: cross_fitted_nll(y, splits, lambda fit, out: kinds[method].fit(logits[fit], y[fit])
+                                       .probability(logits[out])) for method in methods}
     best = min(scores, key=scores.get)
     return kinds[best].fit(logits, y), scores

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.model_selection import GroupKFold
 
-from models.calibration import binary_nll
+from models.calibration import cross_fitted_nll
 from models.sensor.novelty import fit_monotone_logistic
 
 CLIP = 1e-6
@@ -69,15 +69,7 @@ def choose_rule(p_failure: np.ndarray, p_novel: np.ndarray, y: np.ndarray, group
     if n_groups < 2 or len(rules) == 1:
         return fit_rule(rules[0], p_failure, p_novel, y), {}
     splits = list(GroupKFold(n_splits=min(folds, n_groups)).split(p_failure, y, groups))
-    scores = {}
-    for name in rules:
-        p = np.empty(len(y))
-        for fit_idx, eval_idx in splits:
-            if len(np.unique(y[fit_idx])) < 2:
-                p[eval_idx] = y[fit_idx].mean()
-                continue
-            fitted = fit_rule(name, p_failure[fit_idx], p_novel[fit_idx], y[fit_idx])
-            p[eval_idx] = combined_probability(p_failure[eval_idx], p_novel[eval_idx], fitted)
-        scores[name] = binary_nll(y, p)
+    scores = {name: cross_fitted_nll(y, splits, lambda fit, out: combined_probability(
+        p_failure[out], p_novel[out], fit_rule(name, p_failure[fit], p_novel[fit], y[fit]))) for name in rules}
     best = min(scores, key=scores.get)
     return fit_rule(best, p_failure, p_novel, y), scores
