@@ -255,10 +255,10 @@ def load_predictors(models: dict[str, dict], tracking_uri: str | None, verify_ke
     """The served versions, loaded here from the same registry and verified with the same key as the service
     (the params file's `tracking` and registry names; `tracking_uri` and `verify_key` win when given)."""
     from contract.registry import RegistrySettings
-    from serving.store import ModelStore
+    from serving.served_models import ServedModels
 
     registry = RegistrySettings.from_params(ROOT / "params.yaml")
-    store = ModelStore(tracking_uri or registry.tracking_uri, {f: registry.model_names[f] for f in models},
+    store = ServedModels(tracking_uri or registry.tracking_uri, {f: registry.model_names[f] for f in models},
                        "champion", Path(verify_key or registry.verify_key), prefer_cuda=False)
     store.refresh()
     return {family: store.get(family).predictor for family in models}

@@ -42,7 +42,7 @@ from serving.prediction_log import PredictionLog
 from serving.rollout import Rollout
 from serving.schemas import ModelsAnswer, Readiness
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 log = logging.getLogger("serving")
 PAGE = Path(__file__).parent / "static" / "index.html"
@@ -94,12 +94,12 @@ def freeze_long_lived() -> None:
     gc.freeze()
 
 
-def build_store(settings: ServingSettings) -> ModelStore:
+def build_store(settings: ServingSettings) -> ServedModels:
     """The registry, model names and trusted key named by the params file's `tracking` and `<family>.registry`
     sections (MLFLOW_TRACKING_URI and SERVING_VERIFY_KEY win); nothing else of the file is read."""
     registry = RegistrySettings.from_params(settings.params_file, settings.families)
     verify_key = Path(settings.verify_key) if settings.verify_key else registry.verify_key
-    return ModelStore(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda,
+    return ServedModels(registry.tracking_uri, registry.model_names, settings.alias, verify_key, settings.prefer_cuda,
                       challenger_alias=CHALLENGER if settings.rollout != "off" else None)
 
 
@@ -107,7 +107,7 @@ class Service:
     """The app's collaborators: the served models, each family's part, the prediction path, the log, the
     rollout and the monitoring; `start` and `stop` are the app's lifespan."""
 
-    def __init__(self, settings: ServingSettings, store: ModelStore):
+    def __init__(self, settings: ServingSettings, store: ServedModels):
         self.settings, self.store, self.metrics = settings, store, ServiceMetrics()
         self.families = {name: family_class(name)(settings, self.metrics) for name in store.names}
         self.predictions = Predictions(store, settings, self.metrics, self.families)
@@ -168,7 +168,7 @@ class Service:
         gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
 
 
-def create_app(settings: ServingSettings | None = None, store: ModelStore | None = None) -> FastAPI:
+def create_app(settings: ServingSettings | None = None, store: ServedModels | None = None) -> FastAPI:
     settings = settings or ServingSettings()
     set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
     service = Service(settings, store or build_store(settings))

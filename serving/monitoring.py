@@ -28,7 +28,7 @@ from serving.metrics import ServiceMetrics
 from serving.prediction_log import PredictionLog
 from serving.schemas import MonitoringAnswer
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 log = logging.getLogger("serving")
 ANSWER_FIELDS = ("failure_probability", "probability", "value")  # what a stored output answered
@@ -72,7 +72,7 @@ def outcome_report(model: LoadedModel, rows: list[dict], settings: ServingSettin
 class Monitor:
     """Each family's recent inputs and the last computed figures (`answer`); `run` recomputes them periodically."""
 
-    def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics,
+    def __init__(self, store: ServedModels, settings: ServingSettings, metrics: ServiceMetrics,
                  prediction_log: PredictionLog, families: dict[str, ServedFamily]):
         self.store, self.settings, self.metrics, self.prediction_log = store, settings, metrics, prediction_log
         self.families = families

@@ -28,7 +28,7 @@ from serving.loading import LoadedModel
 from serving.predict import Predictions
 from serving.rollout import Rollout
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 MAX_ERRORS_SHOWN = 3
@@ -125,7 +125,7 @@ def _app_handler(app: FastAPI, error: Exception) -> Callable | None:
 class ProtocolRoutes:
     """The /v2 handlers over the service's models, rollout and limits."""
 
-    def __init__(self, settings: ServingSettings, store: ModelStore, predictions: Predictions, rollout: Rollout):
+    def __init__(self, settings: ServingSettings, store: ServedModels, predictions: Predictions, rollout: Rollout):
         self.settings, self.store, self.predictions, self.rollout = settings, store, predictions, rollout
         self.logged = rollout.log.enabled
 
@@ -174,7 +174,7 @@ class ProtocolRoutes:
         return _answer(answered, inference.id, wanted, outputs)
 
 
-def protocol_router(settings: ServingSettings, store: ModelStore, predictions: Predictions,
+def protocol_router(settings: ServingSettings, store: ServedModels, predictions: Predictions,
                     rollout: Rollout) -> APIRouter:
     """/v2/...: health and server metadata open like /health; model metadata, readiness and inference behind
     the API key like /v1. A model is named by its registry name or by its family (e.g. `sensor`).

@@ -17,7 +17,7 @@ from serving.family import ServedFamily
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 ROLES = (CHAMPION, CHALLENGER)
 
@@ -25,7 +25,7 @@ ROLES = (CHAMPION, CHALLENGER)
 class Predictions:
     """Owns each family's batchers and model threads; `start` and `stop` belong to the app's lifespan."""
 
-    def __init__(self, store: ModelStore, settings: ServingSettings, metrics: ServiceMetrics,
+    def __init__(self, store: ServedModels, settings: ServingSettings, metrics: ServiceMetrics,
                  families: dict[str, ServedFamily]):
         self.store, self.families = store, families
         batch = dict(max_items=settings.batch_max_items, max_bytes=settings.batch_max_bytes, share=settings.batch_share)

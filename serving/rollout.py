@@ -31,7 +31,7 @@ from serving.monitoring import Monitor
 from serving.predict import Predictions
 from serving.prediction_log import Call, PredictionLog, new_request_id
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 SHADOW = "shadow"
 SHADOW_LINGER_S = 0.05  # how long a request's shadow items wait for others to share the challenger's call
@@ -53,7 +53,7 @@ def canary_fraction(request_id: str) -> float:
 class Rollout:
     """Answers the prediction routes per SERVING_ROLLOUT; `stop` belongs to the app's lifespan."""
 
-    def __init__(self, settings: ServingSettings, store: ModelStore, predictions: Predictions, log: PredictionLog,
+    def __init__(self, settings: ServingSettings, store: ServedModels, predictions: Predictions, log: PredictionLog,
                  metrics: ServiceMetrics, monitor: Monitor):
         self.mode, self.share, self.max_pending = settings.rollout, settings.canary_share, settings.shadow_max_pending
         self.store, self.predictions, self.log, self.metrics = store, predictions, log, metrics

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from contract.registry import CHALLENGER, CHAMPION, RegistrySettings
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 FEEDBACK_ITEMS = 200  # outcomes per /v1/feedback request
 
@@ -27,7 +27,7 @@ def service(params_file, store_url: str, rollout: str = "off", canary_share: flo
     settings = ServingSettings(params_file=str(params_file), prediction_store=store_url, rollout=rollout,
                                canary_share=canary_share, prefer_cuda=False, poll_seconds=3600, featurize_workers=1)
     registry = RegistrySettings.from_params(params_file)
-    store = ModelStore(registry.tracking_uri, {"sensor": registry.model_names["sensor"]}, CHAMPION,
+    store = ServedModels(registry.tracking_uri, {"sensor": registry.model_names["sensor"]}, CHAMPION,
                        registry.verify_key, prefer_cuda=False, challenger_alias=CHALLENGER)
     return TestClient(create_app(settings, store=store))
 

@@ -20,7 +20,7 @@ from serving.app import create_app
 from serving.settings import ServingSettings
 from tests.integration.postgres import throwaway_cluster
 from tests.integration.test_serving import LIMITS, models, registry, store, wait_ready, window_json  # noqa: F401
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving_registry import CHANNELS, MOLECULE_NAME, SENSOR_NAME, build_registry
 
 pytestmark = pytest.mark.integration
@@ -130,7 +130,7 @@ def test_mlflow_registers_and_the_service_serves_from_postgresql_too(store_url, 
     registry_url = server.set(database="mlflow_registry").render_as_string(hide_password=False)
     registry = build_registry(tmp_path / "registry", models, uri=registry_url)
     assert [o["promoted"] for o in registry.sensor_outcomes] == [True, True, False]  # the gate, on PostgreSQL
-    served = ModelStore(registry_url, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    served = ServedModels(registry_url, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                         registry.verify_key, prefer_cuda=False)
     served.refresh()
     assert served.ready and served.get("sensor").version == "2" and served.get("molecule").version == "1"

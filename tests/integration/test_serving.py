@@ -24,7 +24,7 @@ from contract.manifest import sha256_file
 from models.predictors import SensorPredictor
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving_registry import (
     CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, free_port, serve, shared_registry, tiny_models,
 )
@@ -53,8 +53,8 @@ def registry(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def store(registry) -> ModelStore:
-    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
+def store(registry) -> ServedModels:
+    return ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
                       prefer_cuda=False)
 
 
@@ -326,7 +326,7 @@ def _ready(url: str) -> bool:
 def test_start_up_loads_the_models_before_the_first_request(registry):
     """Loading is part of start-up (uvicorn accepts connections only after it), so with several workers none
     answers 'not ready' once it answers at all."""
-    fresh = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    fresh = ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                        registry.verify_key, prefer_cuda=False)
     with TestClient(create_app(ServingSettings(**LIMITS), store=fresh)) as client:
         first = client.get("/ready")
@@ -336,7 +336,7 @@ def test_start_up_loads_the_models_before_the_first_request(registry):
 def test_what_start_up_loaded_is_kept_out_of_the_collectors_walks_until_shutdown(registry):
     """Full collections under load walked the libraries and models, every two seconds, holding every waiting request:
     the service freezes what it holds once started (and what each new version adds), and unfreezes at shutdown."""
-    fresh = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    fresh = ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                        registry.verify_key, prefer_cuda=False)
     gc.unfreeze()
     with TestClient(create_app(ServingSettings(**LIMITS), store=fresh)) as client:

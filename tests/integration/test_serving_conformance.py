@@ -18,7 +18,7 @@ from schemathesis.specs.openapi.checks import (
 
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS
 from tests.integration.test_serving_registry import MOLECULE_NAME, SENSOR_NAME, serve, shared_registry
 
@@ -33,7 +33,7 @@ EXAMPLES = 15  # per route and generation mode: about 200 requests in all
 def api_schema(tmp_path_factory):
     """The live service's own /openapi.json (admin routes enabled)."""
     registry = shared_registry(tmp_path_factory.getbasetemp())
-    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    store = ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                        registry.verify_key, prefer_cuda=False)
     with serve(create_app(ServingSettings(**LIMITS, admin_key=ADMIN_KEY), store=store)) as url:
         yield schemathesis.openapi.from_url(f"{url}/openapi.json")

@@ -15,7 +15,7 @@ from models.predictors import MoleculePredictor
 from serving.app import create_app
 from serving.loading import LoadedModel
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS, wait_ready
 from tests.integration.test_serving_registry import MOLECULE_NAME, SENSOR_NAME, serve, shared_registry, tiny_models
 
@@ -25,9 +25,9 @@ API_KEY, ADMIN_KEY, ALLOWED = "api-key", "admin-key", "https://ops.example.com"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> ModelStore:
+def store(tmp_path_factory) -> ServedModels:
     registry = shared_registry(tmp_path_factory.getbasetemp())
-    return ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    return ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                       registry.verify_key, prefer_cuda=False)
 
 

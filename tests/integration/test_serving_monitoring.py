@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 from contract.prediction_store import connect, read_predictions
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS, registry, store, wait_ready, window_json  # noqa: F401
 from tests.integration.test_serving_registry import (
     CHANNELS, MOLECULE_NAME, SENSOR_NAME, TRAINING_SMILES, build_registry, sensor_windows, tiny_models,
@@ -33,7 +33,7 @@ def prefect_api():
     """No flow runs here: no Prefect server (overrides the integration conftest's)."""
 
 
-def monitored_app(model_store: ModelStore, tmp_path, **settings) -> TestClient:
+def monitored_app(model_store: ServedModels, tmp_path, **settings) -> TestClient:
     url = f"sqlite:///{tmp_path / 'predictions.db'}"
     return TestClient(create_app(ServingSettings(**MONITORING, prediction_store=url, **settings), store=model_store))
 
@@ -153,7 +153,7 @@ def test_the_monitoring_route_needs_the_api_key(store, tmp_path):
 def test_a_version_without_reference_answers_without_the_domain_and_says_so(tmp_path_factory, tmp_path):
     models = tiny_models(tmp_path_factory.getbasetemp() / "models")
     bare = build_registry(tmp_path / "registry", models, references=False)
-    bare_store = ModelStore(bare.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
+    bare_store = ServedModels(bare.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion",
                             bare.verify_key, prefer_cuda=False)
     with monitored_app(bare_store, tmp_path) as client:
         wait_ready(client)

@@ -24,7 +24,7 @@ from models.sensor.novelty import NoveltyScorer, score_windows
 from models.sensor.training import MASK_SPAN, pretrain_encoder
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS, models, registry, store, window_json  # noqa: F401
 from tests.integration.test_serving_registry import CHANNELS, WINDOW, register_alone
 
@@ -46,7 +46,7 @@ def healthy(n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def novelty_store(tmp_path_factory) -> ModelStore:
+def novelty_store(tmp_path_factory) -> ServedModels:
     """A registry holding one sensor version with the novelty score (scorer pretrained on healthy windows, members
     untrained: the failure part is not judged here)."""
     root = tmp_path_factory.mktemp("novelty-registry")

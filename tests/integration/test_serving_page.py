@@ -15,7 +15,7 @@ from websockets.sync.client import connect
 
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving_registry import MOLECULE_NAME, SENSOR_NAME, serve, shared_registry
 
 pytestmark = [
@@ -86,7 +86,7 @@ API_KEY = "page-key"
 def browser_and_url(tmp_path_factory):
     """Chromium, the service without an API key, and the same service with one (the URL of each)."""
     registry = shared_registry(tmp_path_factory.getbasetemp())
-    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
+    store = ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": MOLECULE_NAME}, "champion", registry.verify_key,
                       prefer_cuda=False)
     settings = dict(poll_seconds=3600, prefer_cuda=False, featurize_workers=1, monitor_seconds=0.5)
     with serve(create_app(ServingSettings(**settings), store=store)) as url, \

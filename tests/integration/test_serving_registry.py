@@ -40,7 +40,7 @@ from flows.registry import register_and_gate
 from models.metrics import classification_metrics
 from models.monitoring import molecule_reference, sensor_reference
 from models.predictors import IncompatibleModelError, SensorPredictor
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 
 pytestmark = pytest.mark.integration
 
@@ -189,7 +189,7 @@ def _sensor_card(models: TinyModels, onnx_path: Path) -> dict:
             "onnx_sha256": sha256_file(onnx_path)}
 
 
-def register_alone(root: Path, card: dict, onnx_path: Path) -> ModelStore:
+def register_alone(root: Path, card: dict, onnx_path: Path) -> ServedModels:
     """A new MLflow registry under `root` holding only this sensor version, promoted through the real gate (the
     champion check passes: there is none), and a store serving its champion."""
     uri = f"sqlite:///{root / 'mlflow.db'}"
@@ -199,7 +199,7 @@ def register_alone(root: Path, card: dict, onnx_path: Path) -> ModelStore:
     with mlflow.start_run(experiment_id=experiment):
         outcome = register_and_gate(SENSOR_GATE, card, onnx_path, None, lambda *_: {"pr_auc": 0.0}, key)
     assert outcome["promoted"]
-    return ModelStore(uri, {"sensor": SENSOR_NAME}, "champion", public_key_path(key), prefer_cuda=False)
+    return ServedModels(uri, {"sensor": SENSOR_NAME}, "champion", public_key_path(key), prefer_cuda=False)
 
 
 def build_registry(root: Path, models: TinyModels, references: bool = True, uri: str | None = None) -> Registry:

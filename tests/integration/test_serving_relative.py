@@ -18,7 +18,7 @@ from models.sensor.config import SensorModelConfig
 from models.sensor.network import SensorClassifier
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS, window_json
 from tests.integration.test_serving_registry import CHANNELS, WINDOW, register_alone
 
@@ -37,7 +37,7 @@ def pump(n: int, level: float, rng: np.random.Generator) -> np.ndarray:
 
 
 @pytest.fixture(scope="module")
-def relative_store(tmp_path_factory) -> ModelStore:
+def relative_store(tmp_path_factory) -> ServedModels:
     """A registry holding one sensor version with relative channels (members untrained: only how the service feeds
     them is judged here), trained on two pumps, at levels 0 and 10."""
     root = tmp_path_factory.mktemp("relative-registry")

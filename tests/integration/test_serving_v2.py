@@ -19,7 +19,7 @@ from tritonclient.utils import InferenceServerException
 from contract.prediction_store import connect, find_predictions, resolve_url
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving import LIMITS, models, registry, store, window_json  # noqa: F401
 from tests.integration.test_serving_registry import (
     CHANNELS, MOLECULE_NAME, SENSOR_NAME, WINDOW, serve,
@@ -283,7 +283,7 @@ def test_api_key_guards_models_and_inference_not_health(store, windows):
 
 
 def test_a_model_that_is_not_loaded_is_503_in_the_protocols_form(registry, windows):
-    store = ModelStore(registry.uri, {"sensor": SENSOR_NAME, "molecule": "no-such-model"}, "champion",
+    store = ServedModels(registry.uri, {"sensor": SENSOR_NAME, "molecule": "no-such-model"}, "champion",
                        registry.verify_key, prefer_cuda=False)
     with TestClient(create_app(ServingSettings(**LIMITS), store=store)) as client:
         assert client.get("/v2/health/live").json() == {"live": True}

@@ -20,7 +20,7 @@ from contract.registry import CHAMPION, audit_trail
 from flows.registry import register_and_gate
 from serving.app import create_app
 from serving.settings import ServingSettings
-from serving.store import ModelStore
+from serving.served_models import ServedModels
 from tests.integration.test_serving_registry import (MOLECULE_GATE, MOLECULE_NAME, SENSOR_GATE, SENSOR_NAME,
                                                      build_registry, tiny_models)
 
@@ -43,7 +43,7 @@ def version_folder(uri: str, name: str, version: str) -> Path:
 def reload(registry, alias_version: str) -> dict:
     """Point the sensor champion at `alias_version` and let a fresh service load it."""
     MlflowClient(registry.uri).set_registered_model_alias(SENSOR_NAME, CHAMPION, alias_version)
-    store = ModelStore(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
+    store = ServedModels(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
     store.refresh()
     return {"problems": store.problems, "served": {f: m.version for f, m in store.models.items()}}
 
@@ -59,7 +59,7 @@ def test_a_card_edited_in_the_artifact_store_is_not_served(registry):
 
 
 def test_a_replaced_onnx_file_is_not_served_and_the_served_model_stays(registry):
-    store = ModelStore(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
+    store = ServedModels(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
     MlflowClient(registry.uri).set_registered_model_alias(SENSOR_NAME, CHAMPION, "2")
     store.refresh()
     assert store.models["sensor"].version == "2"
@@ -83,11 +83,11 @@ def test_an_unsigned_version_is_not_served(registry, tmp_path):
 
 
 def test_a_version_signed_by_another_key_is_not_served(registry, tmp_path):
-    store = ModelStore(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
+    store = ServedModels(registry.uri, NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
     from contract.manifest import load_signing_key, public_key_path
     other = tmp_path / "other.key"
     load_signing_key(other)
-    stranger = ModelStore(registry.uri, NAMES, CHAMPION, public_key_path(other), prefer_cuda=False)
+    stranger = ServedModels(registry.uri, NAMES, CHAMPION, public_key_path(other), prefer_cuda=False)
     store.refresh(), stranger.refresh()
     assert store.ready and not stranger.models
     assert "signature is not valid for the trusted key" in stranger.problems["molecule"]
@@ -119,7 +119,7 @@ def test_a_corrupt_store_is_one_line(tmp_path, registry):
 def test_a_store_that_disappears_makes_the_service_not_ready(tmp_path, registry):
     copy = tmp_path / "mlflow.db"
     copy.write_bytes(Path(urlparse(registry.uri).path).read_bytes())
-    store = ModelStore(f"sqlite:///{copy}", NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
+    store = ServedModels(f"sqlite:///{copy}", NAMES, CHAMPION, registry.verify_key, prefer_cuda=False)
     settings = ServingSettings(poll_seconds=3600, prefer_cuda=False)
     with TestClient(create_app(settings, store=store)) as client:
         store.refresh()

@@ -111,7 +111,7 @@ def test_the_alarm_thresholds_default_to_the_monitor_flows():
 
 
 class _Store:
-    """The two things the monitor asks a ModelStore: the families and the model served for one."""
+    """The two things the monitor asks a ServedModels: the families and the model served for one."""
 
     def __init__(self, model: LoadedModel):
         self.names, self.model = {"molecule": "model"}, model

@@ -17,7 +17,7 @@ from serving.loading import LoadedModel, load_version
 log = logging.getLogger("serving")
 
 
-class ModelStore:
+class ServedModels:
     """One LoadedModel per family; `refresh()` follows the alias (a failed load keeps the old model). With
     `challenger_alias`, each family's challenger too, under `challengers`: one that is missing or refused is a
     problem under `problems["<family>.challenger"]` (and none is served), one at the champion's version is none;
