@@ -14,7 +14,8 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/reference/benchmarks.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
 gets them, the same for every dataset (bench/recipe_search.py molecule chose them by validation across both), then the
-flags; a variant changes one thing (views, pretraining, descriptors).
+flags; each variant of bench/recipes/molecule_ablations.yaml changes one thing (views, pretraining, descriptors,
+the distance task), and the one that changes nothing is the headline.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import yaml
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -44,7 +46,7 @@ from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
 from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
 from flows.molecule.family import extra_smiles  # noqa: E402
-from flows.params import load_params  # noqa: E402
+from flows.params import load_params, with_overrides  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
 from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
 
@@ -55,25 +57,20 @@ DATASETS = {
     "bbbp": {"path": "bbbp/BBBP.csv", "target": "BBBP", "task": "classification", "sizes": [1631, 204, 204],
              "anchors": {"random_forest": 0.708, "chemprop": 0.667}},
 }
-# name: (modalities, pretrained, descriptors: params.yaml's set or none); fused_pre_distance: pretrained with the
-# distance task too
-VARIANTS = {
-    "fused_pre": ("fused", True, True), "fused": ("fused", False, True), "fused_pre_distance": ("fused", True, True),
-    "graph_pre": ("graph", True, True), "graph": ("graph", False, True),
-    "smiles_pre": ("smiles", True, True), "smiles": ("smiles", False, True),
-    "fused_no_descriptors": ("fused", False, False),
-}
+# name -> {description, sets: dotted keys under params.yaml's `molecule`}
+VARIANTS = yaml.safe_load((PROJECT / "bench" / "recipes" / "molecule_ablations.yaml").read_text())
 CPU = torch.device("cpu")
-DISTANCE_WEIGHT = 0.5  # molecule.pretrain.distance_weight of the fused_pre_distance variant
-def settings(params, args) -> tuple:
-    """(model, finetune, pretrain) configs: params.yaml's, then the CLI flags."""
-    molecule = params.molecule
-    model_cfg, finetune, pretrain_cfg = molecule.model, molecule.finetune, molecule.pretrain
-    if args.epochs:
-        finetune = finetune.model_copy(update={"epochs": args.epochs})
-    if args.pretrain_epochs:
-        pretrain_cfg = pretrain_cfg.model_copy(update={"epochs": args.pretrain_epochs})
-    return model_cfg, finetune, pretrain_cfg
+
+
+def flagged(params, args):
+    """params.yaml with the CLI's run-size flags (fine-tuning and pretraining epochs) set."""
+    flags = {"molecule.finetune.epochs": args.epochs, "molecule.pretrain.epochs": args.pretrain_epochs}
+    return with_overrides(params, {key: value for key, value in flags.items() if value})
+
+
+def variant(params, name: str):
+    """params' molecule section with variant `name`'s keys set."""
+    return with_overrides(params, {f"molecule.{k}": v for k, v in VARIANTS[name]["sets"].items()}).molecule
 
 
 def metrics(task: str, y: np.ndarray, p: np.ndarray) -> dict:
@@ -139,10 +136,8 @@ def run_forest(prepared, task: str, seed: int) -> np.ndarray:
     return forest.predict(x) if task == "regression" else forest.predict_proba(x)[:, 1]
 
 
-def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, modalities: str, descriptors: bool,
-             pretrained: dict | None, seed: int, members: int) -> tuple[np.ndarray, list[int]]:
-    update = {"modalities": modalities, **({} if descriptors else {"descriptors": "none"})}
-    model_cfg = model_cfg.model_copy(update=update)
+def run_ours(data: dict, y: dict, task: str, tokenizer, model_cfg, finetune_cfg, pretrained: dict | None, seed: int,
+             members: int) -> tuple[np.ndarray, list[int]]:
     mean, std = (float(y["train"].mean()), float(y["train"].std())) if task == "regression" else (0.0, 1.0)
     outs, epochs = [], []
     for member in range(members):
@@ -267,10 +262,11 @@ def main() -> None:
             corpus = Molecules.from_smiles(list(dict.fromkeys([*prepared.splits["train"]["smiles"], *extra])), tokenizer)
             corpus_report = {**corpus_report, "pretrain_molecules": len(corpus), "featurize_seconds": round(time.time() - t, 1)}
             print(f"{name}: pretraining corpus {corpus_report}", flush=True)
-        model_cfg, finetune, pretrain_cfg = settings(params, args)
+        base = flagged(params, args)
+        model_cfg, finetune, pretrain_cfg = base.molecule.model, base.molecule.finetune, base.molecule.pretrain
         members = args.members or finetune.ensemble_size
-        # the variant params.yaml's pipeline trains: the headline row
-        pipeline_variant = "ours_fused_pre" if pretrain_cfg.enabled and finetune.use_pretrained else "ours_fused"
+        # the variant that leaves params.yaml as it is: the headline row
+        pipeline_variant = next((f"ours_{n}" for n in VARIANTS if variant(base, n) == base.molecule), None)
         runs = []
         kept = list(report["datasets"].get(name, {}).get("runs", [])) if args.merge else []
 
@@ -309,32 +305,31 @@ def main() -> None:
                 record("chemprop_descriptors", seed,
                        run_chemprop(chemprop, prepared, task, seed, args.chemprop_epochs,
                                     descriptors=DESCRIPTOR_SETS[model_cfg.descriptors]), time.time() - t)
-            pretrained = {}  # distance weight -> pretrained state
-            pretrain_seconds = {}  # distance weight -> seconds per pretraining epoch
+            pretrained = {}  # pretraining settings -> (pretrained state, seconds per epoch)
 
-            def pretrained_state(variant: str) -> dict | None:
-                if not VARIANTS[variant][1]:
+            def pretrained_state(molecule) -> tuple[dict, float] | None:
+                """The state pretrained with the variant's `pretrain` section (on params.yaml's model, the corpus),
+                shared by the variants of the same settings; None where the variant does not pretrain."""
+                if not (molecule.pretrain.enabled and molecule.finetune.use_pretrained):
                     return None
-                weight = DISTANCE_WEIGHT if variant.endswith("_distance") else pretrain_cfg.distance_weight
-                if weight not in pretrained:
+                cfg = molecule.pretrain.model_copy(update={"seed": seed})
+                key = cfg.model_dump_json()
+                if key not in pretrained:
                     t = time.time()
-                    cfg = pretrain_cfg.model_copy(update={"seed": seed, "distance_weight": weight})
                     net, _ = pretrain_model(corpus, len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
-                    pretrained[weight] = net.state_dict()
-                    pretrain_seconds[weight] = round((time.time() - t) / cfg.epochs, 1)
-                    print(f"{name} pretraining seed {seed} (distance weight {weight}) on {len(corpus)} molecules: "
-                          f"{time.time() - t:.0f} s", flush=True)
-                return pretrained[weight]
+                    pretrained[key] = net.state_dict(), round((time.time() - t) / cfg.epochs, 1)
+                    print(f"{name} pretraining seed {seed} (distance weight {cfg.distance_weight}) on {len(corpus)} "
+                          f"molecules: {time.time() - t:.0f} s", flush=True)
+                return pretrained[key]
 
-            for variant in args.variants:
-                modalities, use_pre, descriptors = VARIANTS[variant]
-                state = pretrained_state(variant)
+            for variant_name in args.variants:
+                molecule = variant(base, variant_name)
+                state = pretrained_state(molecule)
                 t = time.time()
-                prediction, best = run_ours(data, y, task, tokenizer, model_cfg, finetune, modalities, descriptors,
-                                            state, seed, members)
-                weight = DISTANCE_WEIGHT if variant.endswith("_distance") else pretrain_cfg.distance_weight
-                per_epoch = {"pretrain_seconds_per_epoch": pretrain_seconds[weight]} if use_pre else {}
-                record(f"ours_{variant}", seed, prediction, time.time() - t, best_epochs=best, members=members,
+                prediction, best = run_ours(data, y, task, tokenizer, molecule.model, molecule.finetune,
+                                            state and state[0], seed, members)
+                per_epoch = {"pretrain_seconds_per_epoch": state[1]} if state else {}
+                record(f"ours_{variant_name}", seed, prediction, time.time() - t, best_epochs=best, members=members,
                        **per_epoch)
     print(f"wrote {out_path}")
 
