@@ -39,9 +39,6 @@ class FinetuneConfig(StrictModel):
     weight_decay: float = Field(1e-4, ge=0, description="AdamW's decoupled weight decay")
     ensemble_size: int = Field(3, ge=2, description="members; their spread is the uncertainty")
     use_pretrained: bool = Field(True, description="start from the pretrained encoder (switch off for ablation)")
-    max_grad_norm: float | None = Field(None, gt=0, description="clip the gradients' global L2 norm to this (null: off)")
-    weight_average: float = Field(0.0, ge=0, lt=1, description="decay per step of an exponential moving average of the "
-                                  "weights, which validation scores and training keeps (0: off)")
     seed: int = Field(0, description="member i trains with seed + i")
 
 

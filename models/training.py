@@ -1,5 +1,4 @@
-"""A small, shared training loop: AdamW, optionally an exponential moving average of the weights, early stopping on
-a validation score, best weights kept, optional per-epoch checkpoints so that an interrupted run resumes where it
+"""A small, shared training loop: AdamW, early stopping on a validation score, best weights kept, optional per-epoch checkpoints so that an interrupted run resumes where it
 stopped, and optional data parallelism across torchrun processes (models/distributed.py)."""
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from pathlib import Path
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
-from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 from tqdm.auto import tqdm
 
 from models.config import FinetuneConfig
@@ -28,10 +26,7 @@ class TrainingSettings:
     epochs: the most epochs; lr: AdamW's learning rate, times lr_schedule(epoch) where given (a function of the epoch
     alone, so a resumed run follows the same schedule; None: constant); weight_decay: AdamW's decoupled weight decay;
     patience: that many epochs in a row without a better validation score end training (0: the first does; None:
-    never); max_grad_norm: clip the gradients' global L2 norm to this before each step (None: no clipping);
-    weight_average: the decay per optimiser step of an exponential moving average of the weights (torch's
-    AveragedModel; 0: off): validation then scores the averaged weights, and they are the ones kept; desc: the
-    progress bar's label.
+    never); desc: the progress bar's label.
     """
 
     epochs: int
@@ -39,8 +34,6 @@ class TrainingSettings:
     weight_decay: float = 0.0
     patience: int | None = None
     lr_schedule: Callable[[int], float] | None = None
-    max_grad_norm: float | None = None
-    weight_average: float = 0.0
     desc: str = "train"
 
     @classmethod
@@ -49,12 +42,12 @@ class TrainingSettings:
         epochs, schedule, warmup, final = cfg.epochs, cfg.lr_schedule, cfg.warmup_epochs, cfg.final_lr_ratio
         return cls(epochs=epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, patience=cfg.patience,
                    lr_schedule=lambda epoch: lr_factor(schedule, epoch, epochs, warmup, final),
-                   max_grad_norm=cfg.max_grad_norm, weight_average=cfg.weight_average, desc=desc)
+                   desc=desc)
 
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A file `train` writes after every epoch (model, optimiser, torch RNG, weight average, early-stopping state)
+    """A file `train` writes after every epoch (model, optimiser, torch RNG, early-stopping state)
     and resumes from when it holds the same `key` (describe the data and settings there); one with another key is
     ignored. A file holding Python objects besides tensors and plain data is refused, never loaded
     (models/serialization.py: UnsafeFileError, delete it to train from scratch)."""
@@ -146,8 +139,8 @@ def train(
 
 
 class _Loop:
-    """One run of `train`: the model and its DDP wrapper, the optimiser, the weight average and the early-stopping
-    state (resumed from the checkpoint where it matches)."""
+    """One run of `train`: the model and its DDP wrapper, the optimiser and the early-stopping state (resumed from the
+    checkpoint where it matches)."""
 
     def __init__(self, model: torch.nn.Module, settings: TrainingSettings, device: torch.device,
                  distributed: DistributedContext | None, hooks: TrainingHooks, checkpoint: Checkpoint | None):
@@ -157,8 +150,6 @@ class _Loop:
         self.optimiser = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
         self.result = TrainResult()
         self.best_state: dict | None = None
-        self.average = (AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(settings.weight_average))
-                        if settings.weight_average else None)
         self.stale, self.start, self.stopped = 0, 0, False
         if checkpoint is not None and checkpoint.path.exists():
             self._resume(load_state(checkpoint.path, "delete it to train from scratch"))
@@ -170,8 +161,6 @@ class _Loop:
             return
         self.model.load_state_dict(state["model"])
         self.optimiser.load_state_dict(state["optimiser"])
-        if self.average is not None:
-            self.average.load_state_dict(state["average"])
         _set_rng_state(state["rng"], self.device)
         self.result = TrainResult(state["history"], state["best_score"], state["best_epoch"], state["epoch"])
         self.best_state, self.stale, self.stopped = state["best_state"], state["stale"], state["stopped"]
@@ -194,11 +183,7 @@ class _Loop:
             with autocast(self.device):
                 loss = loss_step(self.net, batch)
             loss.backward()
-            if settings.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), settings.max_grad_norm)
             optimiser.step()
-            if self.average is not None:
-                self.average.update_parameters(model)
             if self.hooks.after_step is not None:
                 self.hooks.after_step()
             total += float(loss.detach())
@@ -208,14 +193,13 @@ class _Loop:
 
     def validate(self, validate: Callable[[torch.nn.Module], float], epoch: int) -> float:
         """The epoch's validation score (rank 0's, on every rank); a better one keeps these weights."""
-        scored = self.model if self.average is None else _averaged(self.average, self.model)
-        scored.eval()
+        self.model.eval()
         with torch.no_grad():
-            score = float(validate(scored)) if self.main else 0.0  # the other ranks take rank 0's score
+            score = float(validate(self.model)) if self.main else 0.0  # the other ranks take rank 0's score
         score = score if self.distributed is None else self.distributed.broadcast(score)
         if score > self.result.best_score:
             self.result.best_score, self.result.best_epoch = score, epoch
-            self.best_state = copy.deepcopy(scored.state_dict())
+            self.best_state = copy.deepcopy(self.model.state_dict())
             self.stale = 0
         else:
             self.stale += 1
@@ -228,7 +212,6 @@ class _Loop:
         if self.main:
             save_state({"key": self.checkpoint.key, "epoch": epoch, "model": self.model.state_dict(),
                         "optimiser": self.optimiser.state_dict(), "rng": _rng_state(self.device),
-                        "average": None if self.average is None else self.average.state_dict(),
                         "history": self.result.history, "best_score": self.result.best_score,
                         "best_epoch": self.result.best_epoch, "best_state": self.best_state, "stale": self.stale,
                         "stopped": self.stopped}, self.checkpoint.path)
@@ -236,19 +219,8 @@ class _Loop:
             self.distributed.barrier()
 
     def finish(self) -> TrainResult:
-        """The model with its best weights (without validation: the last epoch's, averaged where they are), in eval
-        mode."""
-        best_state = self.best_state
-        if best_state is None and self.average is not None:
-            best_state = _averaged(self.average, self.model).state_dict()
-        if best_state is not None:
-            self.model.load_state_dict(best_state)
+        """The model with its best weights (without validation: the last epoch's), in eval mode."""
+        if self.best_state is not None:
+            self.model.load_state_dict(self.best_state)
         self.model.eval()
         return self.result
-
-
-def _averaged(average: AveragedModel, model: torch.nn.Module) -> torch.nn.Module:
-    """The averaged weights as a module like `model`, with `model`'s current buffers (only parameters are averaged)."""
-    for kept, current in zip(average.module.buffers(), model.buffers()):
-        kept.copy_(current)
-    return average.module

@@ -1,4 +1,4 @@
-"""The shared training loop: early stopping, the weight average and its resumption from a checkpoint."""
+"""The shared training loop: early stopping and resumption from a checkpoint."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def test_patience_epochs_without_improvement_end_training(patience, epochs_run):
     assert result.best_epoch == 1 and result.best_score == pytest.approx(0.5)
 
 
-def _fit(weight_average, epochs, validate=None, checkpoint=None):
-    """A linear model fitted to y = 3x by plain steps; (model, weights after every optimiser step)."""
+def _fit(epochs, checkpoint=None):
+    """A linear model fitted to y = 3x by plain steps; (model, weights before every optimiser step)."""
     torch.manual_seed(0)
     net = torch.nn.Linear(1, 1)
     x = torch.linspace(-1, 1, 8).unsqueeze(1)
@@ -32,35 +32,14 @@ def _fit(weight_average, epochs, validate=None, checkpoint=None):
         trajectory.append(torch.cat([p.detach().flatten() for p in net.parameters()]))  # before this step
         return (model(batch) - 3 * batch).pow(2).mean()
 
-    train(net, lambda epoch: [x, x], loss_step, validate, TrainingSettings(epochs=epochs, lr=0.1,
-                                                                          weight_average=weight_average),
+    train(net, lambda epoch: [x, x], loss_step, None, TrainingSettings(epochs=epochs, lr=0.1),
           device=torch.device("cpu"), checkpoint=None if checkpoint is None else Checkpoint(checkpoint))
     return net, trajectory
 
 
-def test_weight_average_keeps_the_exponential_moving_average_of_the_steps():
-    """The kept weights are the EMA (decay 0.8, started at the first step's result) of the weights after each step."""
-    plain, steps = _fit(0.0, epochs=3)
-    after = steps[1:] + [torch.cat([p.detach().flatten() for p in plain.parameters()])]
-    expected = after[0]
-    for weights in after[1:]:
-        expected = 0.8 * expected + 0.2 * weights
-    averaged, _ = _fit(0.8, epochs=3)
-    kept = torch.cat([p.detach().flatten() for p in averaged.parameters()])
-    assert torch.allclose(kept, expected, atol=1e-6)
-    assert not torch.allclose(kept, after[-1], atol=1e-3)  # not the last step's weights
-
-
-def test_validation_scores_the_averaged_weights_and_a_resumed_run_ends_alike(tmp_path):
-    _, steps = _fit(0.0, epochs=1)                     # a plain epoch: two steps, the weights before each
-    plain_after_epoch = _fit(0.0, epochs=1)[0].weight.item()
-    average_after_epoch = 0.8 * steps[1][0].item() + 0.2 * plain_after_epoch  # the EMA of the two steps' results
-    seen = []
-    averaged, _ = _fit(0.8, epochs=4, validate=lambda model: seen.append(model.weight.item()) or -len(seen))
-    assert seen[0] == pytest.approx(average_after_epoch) and seen[0] != pytest.approx(plain_after_epoch)
-    assert averaged.weight.item() == pytest.approx(seen[0])  # the best (first) epoch's averaged weights are kept
-    straight, _ = _fit(0.8, epochs=4)
-    _fit(0.8, epochs=2, checkpoint=tmp_path / "run.pt")
-    resumed, steps = _fit(0.8, epochs=4, checkpoint=tmp_path / "run.pt")
+def test_a_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path):
+    straight, _ = _fit(epochs=4)
+    _fit(epochs=2, checkpoint=tmp_path / "run.pt")
+    resumed, steps = _fit(epochs=4, checkpoint=tmp_path / "run.pt")
     assert len(steps) == 4  # two epochs of two steps were left
     assert torch.allclose(resumed.weight, straight.weight) and torch.allclose(resumed.bias, straight.bias)
