@@ -157,7 +157,7 @@ class SearchDimension(StrictModel):
 
 
 class TuneConfig(StrictModel):
-    """The opt-in `<family>_tune` stage (flows/tune.py): Optuna over fine-tuning settings, scored on validation."""
+    """The opt-in `<family>_tune` stage (flows/tuning.py): Optuna over fine-tuning settings, scored on validation."""
 
     trials: int = Field(0, ge=0, description="trials at most (0: off; the stage writes an empty tuned file)")
     budget_minutes: float = Field(30.0, gt=0, description="no new trial starts after this wall-clock time")

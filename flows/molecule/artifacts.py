@@ -1,4 +1,4 @@
-"""What molecule stages hand each other on disk besides the prepared splits (flows/molecule/prepared.py): the
+"""What molecule stages hand each other on disk besides the prepared splits (flows/molecule/splits.py): the
 pretrained model and the fine-tuned ensemble (.pt files of tensors and plain data only: models/serialization.py)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import numpy as np
 
 from data.molecules.tokenizer import SmilesTokenizer
 from flows.molecule.artifacts import featurize, load_ensemble
-from flows.molecule.prepared import load_molecules, targets
+from flows.molecule.splits import load_molecules, targets
 from flows.paths import StagePaths
 from flows.tasks import compute_task
 from models.calibration import IntervalCalibrator, TemperatureCalibration, calibrator_class, ensemble_probability

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from flows.family import Exported, FinetuneData, PipelineFamily, Prepared
-from flows.molecule.prepared import load_molecules, targets, tokenizer_of
+from flows.molecule.splits import load_molecules, targets, tokenizer_of
 from flows.tasks import cached_io_task, compute_task, io_task, source_cache_key
 
 RANDOM_FOREST = "random_forest_morgan"

@@ -16,7 +16,7 @@ from flows.family import Exported
 from flows.json_io import read_json
 from flows.molecule.artifacts import featurize, load_ensemble
 from flows.molecule.evaluation import calibration_error, outputs, test_metrics, uncertainty_figures
-from flows.molecule.prepared import targets
+from flows.molecule.splits import targets
 from flows.paths import StagePaths
 from flows.tasks import compute_task
 from models.export import CalibratedClassifierEnsemble, CalibratedRegressorEnsemble, check_parity, export_onnx

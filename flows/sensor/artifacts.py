@@ -1,4 +1,4 @@
-"""What sensor stages hand each other on disk besides the prepared windows (flows/sensor/prepared.py): the pretrained
+"""What sensor stages hand each other on disk besides the prepared windows (flows/sensor/windows.py): the pretrained
 encoder (with its reconstruction decoder: the novelty scorer) and the fine-tuned ensemble (.pt files of tensors and
 plain data only: models/serialization.py)."""
 

@@ -11,7 +11,7 @@ import numpy as np
 from flows import plots
 from flows.paths import StagePaths
 from flows.sensor.artifacts import load_ensemble
-from flows.sensor.prepared import load_windows
+from flows.sensor.windows import load_windows
 from flows.tasks import compute_task
 from models.calibration import binary_nll, choose_threshold, ensemble_probability, select_calibration
 from models.device import pick_device

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from flows.family import Exported, FinetuneData, PipelineFamily, Prepared
-from flows.sensor.prepared import load_windows
+from flows.sensor.windows import load_windows
 from flows.tasks import compute_task, io_task
 from flows.tracking import flatten
 

@@ -19,7 +19,7 @@ from flows.params import load_params
 from flows.paths import SENSOR
 from flows.sensor.artifacts import load_ensemble, load_scorer
 from flows.sensor.calibrate import member_logits
-from flows.sensor.prepared import load_windows
+from flows.sensor.windows import load_windows
 from flows.tasks import compute_task, stage_cli
 from flows.tracking import stage_run
 from models.calibration import calibrated_probability, choose_threshold

@@ -36,10 +36,10 @@ def _trials(root) -> dict[str, tuple[float, str]]:
 
 
 def test_tune_trials_run_on_a_dask_cluster_with_the_same_results_as_threads(workspace):
-    run(workspace, sys.executable, "-m", "flows.sensor.tune")
+    run(workspace, sys.executable, "-m", "flows.stages.tune", "sensor")
     on_threads = _trials(workspace)
     write_overrides(workspace / "params.yaml", {"orchestration.task_runner": "dask", "orchestration.dask_workers": 2})
-    result = run(workspace, sys.executable, "-m", "flows.sensor.tune")
+    result = run(workspace, sys.executable, "-m", "flows.stages.tune", "sensor")
     on_dask = _trials(workspace)
     assert sorted(on_dask) == sorted(on_threads) and len(on_threads) == 4  # the grid, each point once (trials: 8)
     assert len({worker for _, worker in on_threads.values()}) == 1  # the flow's own process

@@ -76,6 +76,6 @@ def test_a_space_key_that_is_no_setting_fails_before_anything_trains(tmp_path, f
     root = clone_workspace(finished_workspace, tmp_path / "ws", merged(TINY, {"sensor": {"tune": {
         "trials": 2, "space": {"finetune.learning_rate": {"low": 0.001, "high": 0.01}}}}}))
     tuned = (root / "tuned" / "sensor.yaml").read_text()  # the finished pipeline's: not tuned
-    result = run(root, "python", "-m", "flows.sensor.tune", check=False)
+    result = run(root, "python", "-m", "flows.stages.tune", "sensor", check=False)
     assert result.returncode == 2 and "unknown parameter 'sensor.finetune.learning_rate'" in result.stderr
     assert (root / "tuned" / "sensor.yaml").read_text() == tuned

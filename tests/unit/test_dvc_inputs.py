@@ -81,12 +81,12 @@ def _imports(node: ast.AST) -> set[str]:
     return {name for name in names if name.split(".")[0] in PROJECT_PACKAGES}
 
 
-def family_code(stage_module: str, family: str) -> set[str]:
+def family_code(stage_files: set[Path], family: str) -> set[str]:
     """The project modules a generic stage (flows/stages/) runs of a family (flows/family.py): the family module's
-    module-level imports and the imports inside the methods the stage calls on it (`parts.<method>` or
+    module-level imports and the imports inside the methods the stage's files call on it (`parts.<method>` or
     `family.<method>`), and inside the methods (`self.<method>`) and module functions those call in turn."""
     family_module = FAMILIES[family]
-    called = {node.attr for node in ast.walk(ast.parse(module_file(stage_module).read_text()))
+    called = {node.attr for path in stage_files for node in ast.walk(ast.parse(path.read_text()))
               if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
               and node.value.id in ("parts", "family")}
     tree = ast.parse(module_file(family_module).read_text())
@@ -114,7 +114,7 @@ def family_code(stage_module: str, family: str) -> set[str]:
 def stage_code_of(module: str, family: str | None, declared: Callable[[Path], bool]) -> set[Path]:
     """The project files a stage's command runs; a generic stage, of its family module only what family_code says."""
     code = stage_code(module, declared)
-    for name in family_code(module, family) if family else ():
+    for name in family_code(code, family) if family else ():
         code |= {module_file(name)} if name == FAMILIES[family] else stage_code(name, declared)
     return code
 

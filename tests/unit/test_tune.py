@@ -1,4 +1,4 @@
-"""flows/tune.py without Prefect: how settings are suggested, and one trial against a real Optuna journal file."""
+"""flows/tuning.py without Prefect: how settings are suggested, and one trial against a real Optuna journal file."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import optuna
 import pytest
 import yaml
 
-from flows import tune_command
 from flows.config import SearchDimension, TuneConfig
-from flows.molecule.tune import inert
+from flows.family import FinetuneData
+from flows.molecule.family import FAMILY as MOLECULE
 from flows.params import Params, with_overrides
-from flows.paths import StagePaths
-from flows.tune import Tunable, journal, run_trial, searched, suggest
+from flows.sensor.family import SensorFamily
+from flows.stages import tune as tune_stage
+from flows.tuning import journal, run_trial, searched, suggest
 from models.training import TrainResult
 
 
@@ -29,19 +30,26 @@ def test_suggest_gives_back_mapping_choices_as_mappings_and_ranges_as_numbers():
     assert suggest(trial, "drop", SearchDimension(choices=[0.0, 0.1])) == 0.1
 
 
-def _curve(cfg, _inputs, on_epoch) -> TrainResult:
-    """A stand-in for training: validation score lr * 100 at every epoch (higher lr, better trial)."""
-    result = TrainResult()
-    for epoch in range(cfg.finetune.epochs):
-        score = cfg.finetune.lr * 100
-        on_epoch(epoch, score)
-        if score > result.best_score:
-            result.best_score, result.best_epoch = score, epoch
-    return result
+class Curve(SensorFamily):
+    """The sensor family with a stand-in for training and no data: validation score lr * 100 at every epoch (higher
+    lr, better trial)."""
+
+    def finetune_data(self, cfg, in_flow: bool = True) -> FinetuneData:
+        return FinetuneData(None, None, "score")
+
+    def train_member(self, cfg, inputs, seed, checkpoint=None, distributed=None, on_epoch=None):
+        result = TrainResult()
+        for epoch in range(cfg.finetune.epochs):
+            score = cfg.finetune.lr * 100
+            on_epoch(epoch, score)
+            if score > result.best_score:
+                result.best_score, result.best_epoch = score, epoch
+        return None, result
 
 
-def _fails(cfg, _inputs, on_epoch) -> TrainResult:
-    raise RuntimeError("size mismatch for encoder.weight")
+class Fails(Curve):
+    def train_member(self, cfg, inputs, seed, checkpoint=None, distributed=None, on_epoch=None):
+        raise RuntimeError("size mismatch for encoder.weight")
 
 
 def _study(tmp_path, choices, trials=8):
@@ -58,8 +66,7 @@ def _study(tmp_path, choices, trials=8):
 def test_a_trial_below_the_median_of_earlier_trials_is_pruned_and_the_study_learns_each_outcome(tmp_path):
     rates = [0.03, 0.02, 0.025, 0.015, 0.035, 0.01]  # five finished trials, then one below their median
     params, path = _study(tmp_path, rates)
-    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
-    records = [run_trial.fn(tunable, index, params, None, str(path), 1.0) for index in range(6)]
+    records = [run_trial.fn(Curve(), index, params, None, str(path), 1.0) for index in range(6)]
     assert [r.state for r in records] == ["complete"] * 5 + ["pruned"]
     assert records[4].value == pytest.approx(3.5) and records[4].epochs == 6
     assert records[5].epochs == 3  # judged from a third of its 6 epochs on: after epochs 0, 1 and 2
@@ -71,8 +78,7 @@ def test_a_trial_below_the_median_of_earlier_trials_is_pruned_and_the_study_lear
 
 def test_a_trial_that_cannot_train_is_failed_with_its_reason_and_the_study_goes_on(tmp_path):
     params, path = _study(tmp_path, [0.03])
-    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _fails)
-    record = run_trial.fn(tunable, 0, params, None, str(path), 1.0)
+    record = run_trial.fn(Fails(), 0, params, None, str(path), 1.0)
     assert record.state == "failed" and "size mismatch for encoder.weight" in record.error
     assert optuna.load_study(study_name="sensor", storage=journal(path)).trials[0].state.name == "FAIL"
 
@@ -82,12 +88,12 @@ def test_settings_that_cannot_change_a_trial_leave_the_search():
     space = {"finetune.lr": {"low": 1e-4, "high": 1e-2}, "finetune.regression_loss": {"choices": ["mse", "huber"]}}
     cfg = TuneConfig(trials=4, space=space)
     classifier = with_overrides(params, {"molecule.data.task": "classification"})
-    kept, skipped = searched(cfg, inert(classifier))
+    kept, skipped = searched(cfg, MOLECULE.inert_tune_settings(classifier))
     assert list(kept.space) == ["finetune.lr"] and skipped == ["finetune.regression_loss"]
-    kept, skipped = searched(cfg, inert(params))  # the default is a regression
+    kept, skipped = searched(cfg, MOLECULE.inert_tune_settings(params))  # the default is a regression
     assert list(kept.space) == list(space) and skipped == []
     with pytest.raises(ValueError, match="no setting of the search space"):
-        searched(TuneConfig(trials=4, space={"finetune.huber_delta": {"low": 0.5, "high": 2.0}}), inert(classifier))
+        searched(TuneConfig(trials=4, space={"finetune.huber_delta": {"low": 0.5, "high": 2.0}}), MOLECULE.inert_tune_settings(classifier))
 
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -101,13 +107,13 @@ def _write_params(path: Path, family: str, tune: dict) -> None:
     path.write_text(yaml.safe_dump(params))
 
 
-def _tune_command(folder: Path, family: str, tune: dict, *options: str,
+def _tune_stage(folder: Path, family: str, tune: dict, *options: str,
                   file: str = "params.yaml") -> tuple[subprocess.CompletedProcess, list[str]]:
-    """`python -m flows.tune_command <family> *options` in `folder`, with the project's params and `<family>.tune`
+    """`python -m flows.stages.tune <family> *options` in `folder`, with the project's params and `<family>.tune`
     updated by `tune` in `file`: its result, and which of HEAVY it imported (its last line of output)."""
     _write_params(folder / file, family, tune)
-    probe = ("import runpy, sys\nsys.argv = ['flows/tune_command.py', *sys.argv[1:]]\ntry:\n"
-             "    runpy.run_module('flows.tune_command', run_name='__main__')\nfinally:\n"
+    probe = ("import runpy, sys\nsys.argv = ['flows/stages/tune.py', *sys.argv[1:]]\ntry:\n"
+             "    runpy.run_module('flows.stages.tune', run_name='__main__')\nfinally:\n"
              f"    print([m for m in {HEAVY!r} if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe, family, *options], cwd=folder, capture_output=True,
                             text=True)
@@ -116,7 +122,7 @@ def _tune_command(folder: Path, family: str, tune: dict, *options: str,
 
 @pytest.mark.parametrize("family", ["sensor", "molecule"])
 def test_the_stage_command_writes_the_untuned_outputs_without_the_training_libraries(tmp_path, family):
-    result, imported = _tune_command(tmp_path, family, {"trials": 0})
+    result, imported = _tune_stage(tmp_path, family, {"trials": 0})
     assert result.returncode == 0, result.stderr
     assert imported == []
     assert yaml.safe_load((tmp_path / "tuned" / f"{family}.yaml").read_text()) == {}
@@ -129,11 +135,11 @@ def test_the_stage_command_hands_what_it_cannot_settle_to_the_tune_flow(tmp_path
     the file named by --params is the one read (either spelling: the next test); other options (--help) are the
     flow's."""
     _write_params(tmp_path / "params.yaml", "sensor", {"trials": 0})  # this file alone would be settled here
-    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, "--params", "other.yaml",
+    result, _ = _tune_stage(tmp_path, "sensor", {"trials": 0, "budget_minutes": "soon"}, "--params", "other.yaml",
                               file="other.yaml")
     assert result.returncode == 2, result.stdout
     assert "sensor.tune.budget_minutes" in result.stderr and "Traceback" not in result.stderr
-    result, _ = _tune_command(tmp_path, "sensor", {"trials": 0}, "--help")
+    result, _ = _tune_stage(tmp_path, "sensor", {"trials": 0}, "--help")
     assert result.returncode == 0 and "--params" in result.stdout and "tune: off" not in result.stdout
     assert not (tmp_path / "tuned").exists()
 
@@ -145,13 +151,13 @@ def test_the_stage_command_reads_the_params_file_named_in_either_spelling(tmp_pa
     _write_params(tmp_path / "other.yaml", "sensor", {"trials": 0})
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets the flow's argv before handing over
-    monkeypatch.setattr(tune_command, "hold_for_stage", lambda: None)  # the lock lives as long as a stage's process
+    monkeypatch.setattr(tune_stage, "hold_for_stage", lambda: None)  # the lock lives as long as a stage's process
     handed = []
-    monkeypatch.setattr(tune_command.runpy, "run_module", lambda module, **_: handed.append((module, sys.argv[1:])))
-    tune_command.main(["sensor", "--params=other.yaml"])
+    monkeypatch.setattr(tune_stage, "run_flow", lambda family, options: handed.append((family, options)))
+    tune_stage.main(["sensor", "--params=other.yaml"])
     assert handed == [] and yaml.safe_load((tmp_path / "tuned" / "sensor.yaml").read_text()) == {}
-    tune_command.main(["sensor"])
-    assert handed == [("flows.sensor.tune", [])]
+    tune_stage.main(["sensor"])
+    assert handed == [("sensor", [])]
 
 
 def test_the_stage_writes_its_trials_best_first_and_the_best_settings(tmp_path, monkeypatch):
@@ -160,7 +166,7 @@ def test_the_stage_writes_its_trials_best_first_and_the_best_settings(tmp_path, 
     import mlflow
     from prefect import flow
 
-    from flows.tune import TrialRecord, tune
+    from flows.tuning import TrialRecord, tune
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -169,9 +175,9 @@ def test_the_stage_writes_its_trials_best_first_and_the_best_settings(tmp_path, 
     params = yaml.safe_load((tmp_path / "params.yaml").read_text())
     params["sensor"]["finetune"]["epochs"] = 2
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    tunable = Tunable(StagePaths("sensor", tmp_path), lambda p: None, lambda i: ("val_pr_auc", 1.0), _curve)
+    monkeypatch.chdir(tmp_path)
     (tmp_path / "data" / "prepared" / "sensor").mkdir(parents=True)  # the data the stage's MLflow run names
-    ranked = flow(lambda: tune(tunable, str(tmp_path / "params.yaml")), name="tiny-tune")()
+    ranked = flow(lambda: tune(Curve(), str(tmp_path / "params.yaml")), name="tiny-tune")()
     assert all(isinstance(r, TrialRecord) for r in ranked)
     assert [r.params["finetune.lr"] for r in ranked] == [0.03, 0.02, 0.01]
     written = json.loads((tmp_path / "artifacts" / "sensor" / "tune" / "trials.json").read_text())

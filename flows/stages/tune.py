@@ -1,27 +1,26 @@
-"""`python -m flows.tune_command <family> [--params FILE]`: the command of the `<family>_tune` stages (dvc.yaml).
+"""Stage `<family>_tune`: `python -m flows.stages.tune <family> [--params FILE]` (dvc.yaml).
 
 Tuning is opt-in. With `<family>.tune.trials` 0, the default, this writes the empty tuned file and trial list
-itself, without torch and without a Prefect flow run: about 2.5 s of one core, against 6-8 s for a stage process
-that loads the family's training code. Otherwise, and where the params do not load, it runs the family's tune flow
-as `python -m flows.<family>.tune` would (flows/tune.py), which reports bad params as every stage does.
+itself, without torch and without a Prefect flow run (a stage process that loads the family's training code takes
+seconds longer). Otherwise, and where the params do not load, it runs the tune flow of flows/tuning.py, which
+reports bad params as every stage does.
 """
 
 from __future__ import annotations
 
 import argparse
-import runpy
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from flows.family import FAMILIES
 from flows.json_io import write_json
 from flows.locking import hold_for_stage
 from flows.params import load_params, tuned_file
-from flows.paths import MOLECULE, SENSOR, StagePaths
+from flows.paths import StagePaths
 
-FAMILIES = {paths.family: paths for paths in (SENSOR, MOLECULE)}
 TRIALS_FILE = "trials.json"  # the trial records, best first
 
 
@@ -52,17 +51,25 @@ def _trials(params_file: str, family: str) -> int | None:
 
 def main(argv: list[str]) -> None:
     if not argv or argv[0] not in FAMILIES:
-        sys.exit(f"usage: python -m flows.tune_command {{{'|'.join(FAMILIES)}}} [--params FILE]")
+        sys.exit(f"usage: python -m flows.stages.tune {{{'|'.join(FAMILIES)}}} [--params FILE]")
     family, options = argv[0], argv[1:]
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)  # the flow's option that matters here
     parser.add_argument("--params", default="params.yaml")
     known, others = parser.parse_known_args(options)
     if not others and _trials(known.params, family) == 0:  # any other option (e.g. --help): the flow's command line
         hold_for_stage()
-        write_untuned(FAMILIES[family])
+        write_untuned(StagePaths(family))
         return
-    sys.argv = [f"flows/{family}/tune.py", *options]
-    runpy.run_module(f"flows.{family}.tune", run_name="__main__", alter_sys=True)
+    run_flow(family, options)
+
+
+def run_flow(family: str, options: list[str]) -> None:
+    """The tune flow (flows/tuning.py) from the command line, as every stage runs its flow."""
+    from flows.tasks import stage_cli
+    from flows.tuning import tune_flow
+
+    sys.argv = [sys.argv[0], family, *options]
+    stage_cli(tune_flow)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""The opt-in `<family>_tune` stage, one abstraction for both families: Optuna over fine-tuning settings.
+"""The opt-in `<family>_tune` stage's flow (flows/stages/tune.py runs it): Optuna over a family's fine-tuning
+settings, each trial one member trained by the family (flows/family.py) as the finetune stage trains its members.
 
 `<family>.tune` in params.yaml declares the search space (dotted keys under the family -> a range or choices),
 the sampler (TPE, or a grid over the choices), the median pruner on per-epoch validation scores, the number
@@ -19,8 +20,6 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,47 +29,18 @@ from prefect.artifacts import create_table_artifact
 from pydantic import BaseModel
 from tabulate import tabulate
 
+from prefect import flow
+
 from flows.config import SearchDimension, TuneConfig
+from flows.family import FinetuneData, PipelineFamily, pipeline_family
 from flows.json_io import write_json
 from flows.params import Params, load_params, tuned_file, with_overrides
-from flows.paths import StagePaths
+from flows.stages.tune import TRIALS_FILE, write_tuned, write_untuned
 from flows.tasks import compute_task
 from flows.tracking import stage_run
-from flows.tune_command import TRIALS_FILE, write_tuned, write_untuned
-from models.training import TrainResult
 
 STUDY_FILE = "study.jsonl"
 STARTUP_TRIALS = 5  # finished trials before the median rule prunes, and TPE's random trials at most
-
-
-def no_inert_settings(params: Params) -> set[str]:
-    """Every key of the space can change a trial."""
-    return set()
-
-
-@dataclass(frozen=True)
-class Tunable:
-    """What the tune stage needs of a family.
-
-    paths: the family's files (the study and plots go to `paths.artifacts / "tune"`);
-    load_inputs(params) -> the data every trial trains on (loaded once, passed to each trial task);
-    metric(inputs) -> (name, sign): the objective's name in tables and MLflow and the sign that turns the training
-    loop's validation score (higher is better) into it (molecule regression: "val_rmse", -1);
-    train_trial(family_params, inputs, on_epoch) -> TrainResult: one member trained with the trial's settings,
-    `on_epoch(epoch, score)` called after each epoch. All three module-level functions, so Dask workers can run them.
-    inert(params) -> the space's keys that cannot change a trial with these params (a regression loss of a
-    classifier); they are left out of the search, and the stage says so.
-    """
-
-    paths: StagePaths
-    load_inputs: Callable[[Params], Any]
-    metric: Callable[[Any], tuple[str, float]]
-    train_trial: Callable[[Any, Any, Callable[[int, float], None]], TrainResult]
-    inert: Callable[[Params], set[str]] = no_inert_settings
-
-    @property
-    def family(self) -> str:
-        return self.paths.family
 
 
 class TrialRecord(BaseModel):
@@ -142,14 +112,14 @@ def journal(path: Path) -> optuna.storages.JournalStorage:
 
 
 @compute_task(name="tune-trial", task_run_name="trial-{index}")
-def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_path: str,
+def run_trial(family: PipelineFamily, index: int, params: Params, inputs: FinetuneData, study_path: str,
               sign: float) -> TrialRecord:
     """One Optuna trial: ask the study for settings, train one member with them (pruned by the median rule), tell
     the study. Returns its record."""
-    cfg = getattr(params, tunable.family).tune
+    cfg = family.settings(params).tune
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    epochs = getattr(params, tunable.family).finetune.epochs
-    study = optuna.load_study(study_name=tunable.family, storage=journal(Path(study_path)),
+    epochs = family.settings(params).finetune.epochs
+    study = optuna.load_study(study_name=family.name, storage=journal(Path(study_path)),
                               sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg, epochs))
     trial = study.ask()
     values = {key: suggest(trial, key, dimension) for key, dimension in cfg.space.items()}
@@ -162,9 +132,8 @@ def run_trial(tunable: Tunable, index: int, params: Params, inputs: Any, study_p
             raise optuna.TrialPruned()
 
     try:
-        family_params = getattr(with_overrides(params, {f"{tunable.family}.{k}": v for k, v in values.items()}),
-                                tunable.family)
-        result = tunable.train_trial(family_params, inputs, on_epoch)
+        trial_cfg = family.settings(with_overrides(params, {f"{family.name}.{k}": v for k, v in values.items()}))
+        _, result = family.train_member(trial_cfg, inputs, trial_cfg.finetune.seed, on_epoch=on_epoch)
     except optuna.TrialPruned:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return record.model_copy(update={"state": "pruned"})
@@ -221,19 +190,19 @@ def _new_study(family: str, cfg: TuneConfig, study_path: Path) -> None:
             study.enqueue_trial(dict(zip(cfg.space, values)))
 
 
-def _run_trials(tunable: Tunable, params: Params, inputs: Any, study_path: Path, trials: int,
+def _run_trials(family: PipelineFamily, params: Params, inputs: FinetuneData, study_path: Path, trials: int,
                 metric: tuple[str, float]) -> list[TrialRecord]:
     """Waves of `parallel` trial tasks until `trials` have run or the budget is spent; their records in order."""
-    cfg: TuneConfig = getattr(params, tunable.family).tune
+    cfg: TuneConfig = family.settings(params).tune
     (name, sign), started, records = metric, time.monotonic(), []
     while len(records) < trials and time.monotonic() - started < cfg.budget_minutes * 60:
         wave = range(len(records), min(trials, len(records) + cfg.parallel))
-        futures = [run_trial.submit(tunable, index, params, inputs, str(study_path), sign) for index in wave]
+        futures = [run_trial.submit(family, index, params, inputs, str(study_path), sign) for index in wave]
         for future in futures:
             record = future.result()
             records.append(record)
             shown = "" if record.value is None else f" {name} {record.value:.4f}"
-            print(f"{tunable.family} tune: trial {record.trial + 1}/{trials} {record.state}{shown} {record.params}"
+            print(f"{family.name} tune: trial {record.trial + 1}/{trials} {record.state}{shown} {record.params}"
                   + (f" ({record.error})" if record.error else ""), flush=True)
     return records
 
@@ -248,17 +217,17 @@ def _ranked(family: str, records: list[TrialRecord], sign: float) -> list[TrialR
     return sorted(complete, key=lambda r: -sign * r.value) + [r for r in records if r.state != "complete"]
 
 
-def _log(tunable: Tunable, params: Params, records: list[TrialRecord], ranked: list[TrialRecord], metric: str,
+def _log(parts: PipelineFamily, params: Params, records: list[TrialRecord], ranked: list[TrialRecord], metric: str,
          minutes: float, out: Path) -> list[dict]:
     """MLflow: a parent run with a nested run per trial (in the order they ran) and the plots; Prefect: the ranking
     as a table artifact. Returns the table's rows, best first."""
-    family = tunable.family
-    cfg: TuneConfig = getattr(params, family).tune
+    family = parts.name
+    cfg: TuneConfig = parts.settings(params).tune
     study = optuna.load_study(study_name=family, storage=journal(out / STUDY_FILE))  # with every trial's outcome
     rows = [{"trial": r.trial, "state": r.state, metric: r.value, "epochs": r.epochs, **r.logged_params}
             for r in ranked]
     with stage_run(params.tracking, family, "tune", {"tune": cfg.model_dump(mode="json")},
-                   {family: tunable.paths.prepared}) as parent:
+                   {family: parts.paths.prepared}) as parent:
         for record in records:
             with mlflow.start_run(run_name=f"{family}.tune.trial-{record.trial}", nested=True,
                                   experiment_id=parent.info.experiment_id):
@@ -273,20 +242,20 @@ def _log(tunable: Tunable, params: Params, records: list[TrialRecord], ranked: l
     return rows
 
 
-def tune(tunable: Tunable, params_file: str) -> list[TrialRecord]:
+def tune(parts: PipelineFamily, params_file: str) -> list[TrialRecord]:
     """Run the family's study within its trial count and budget; write tuned/<family>.yaml and the trial records
     (trials.json). Returns the records, best first."""
     params = load_params(params_file)
-    family = tunable.family
-    cfg: TuneConfig = getattr(params, family).tune
+    family, paths = parts.name, parts.paths
+    cfg: TuneConfig = parts.settings(params).tune
     if cfg.trials == 0:
-        write_untuned(tunable.paths)
+        write_untuned(paths)
         return []
-    target = tuned_file(family, tunable.paths.root)
-    out = tunable.paths.artifacts / "tune"
+    target = tuned_file(family, paths.root)
+    out = paths.artifacts / "tune"
     out.mkdir(parents=True, exist_ok=True)
     _check_space(params, family, cfg)
-    cfg, skipped = searched(cfg, tunable.inert(params))
+    cfg, skipped = searched(cfg, parts.inert_tune_settings(params))
     if skipped:
         print(f"{family} tune: {skipped} cannot change a trial with these settings; left out of the search")
         params = with_overrides(params, {f"{family}.tune.space": cfg.model_dump(mode="json")["space"]})
@@ -294,14 +263,14 @@ def tune(tunable: Tunable, params_file: str) -> list[TrialRecord]:
     study_path = (out / STUDY_FILE).resolve()
     _new_study(family, cfg, study_path)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    inputs = tunable.load_inputs(params)
-    metric, sign = tunable.metric(inputs)
+    inputs = parts.finetune_data(parts.settings(params))
+    metric, sign = parts.tune_metric(inputs)
     started = time.monotonic()
-    records = _run_trials(tunable, params, inputs, study_path, trials, (metric, sign))
+    records = _run_trials(parts, params, inputs, study_path, trials, (metric, sign))
     elapsed = time.monotonic() - started
     ranked = _ranked(family, records, sign)
     best, complete = ranked[0], sum(r.state == "complete" for r in records)
-    rows = _log(tunable, params, records, ranked, metric, elapsed / 60, out)
+    rows = _log(parts, params, records, ranked, metric, elapsed / 60, out)
     write_json(out / TRIALS_FILE, [r.model_dump() for r in ranked])
     write_tuned(target, best.params,
                 f"written by the {family}_tune stage: best of {len(records)} trials ({complete} complete) in "
@@ -309,5 +278,11 @@ def tune(tunable: Tunable, params_file: str) -> list[TrialRecord]:
                 f"{family}_finetune reads these keys on top of params.yaml")
     print(tabulate(rows, headers="keys", tablefmt="github", floatfmt=".4f"))
     print(f"{family} tune: best {metric} {best.value:.4f} with {best.params} -> "
-          f"{target.relative_to(tunable.paths.root)}")
+          f"{target.relative_to(paths.root)}")
     return ranked
+
+
+@flow(name="tune", flow_run_name="{family}-tune")
+def tune_flow(family: str, params_file: str = "params.yaml") -> list[TrialRecord]:
+    """Tune within `<family>.tune`'s trials and budget; returns the trials, best first."""
+    return tune(pipeline_family(family), params_file)
