@@ -1,4 +1,4 @@
-"""Benchmark of the monitor on the drift scenario (not a test; flows/monitoring/scenario.py, docs/how-to/monitor.md):
+"""Benchmark of the monitor on the drift scenario (not a test; bench/drift_scenario.py, docs/how-to/monitor.md):
 
 1. a logistic sensor ensemble trained on a plant's reference fleet is registered with its training reference;
 2. a drifted fleet of the same plant streams windows through it into a prediction store, outcomes following;
@@ -47,7 +47,7 @@ def main() -> None:
     from contract.registry import CHAMPION, alias_version
     from flows.monitor import monitor
     from flows.monitoring.reports import family_report
-    from flows.monitoring.scenario import (Scenario, fleet_stream, register_model, train_reference_model,
+    from bench.drift_scenario import (Scenario, fleet_stream, register_model, train_reference_model,
                                            write_params, write_predictions)
     from flows.monitoring.prediction_frames import labelled_predictions, recent_predictions
     from flows.params import load_params

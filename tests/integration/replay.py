@@ -1,4 +1,4 @@
-"""Replaying the drift scenario's fleet (flows/monitoring/scenario.py) through the real app's HTTP API, as a fleet
+"""Replaying the drift scenario's fleet (bench/drift_scenario.py) through the real app's HTTP API, as a fleet
 would: the sensor family served from a scratch workspace's registry, windows sent with their units and times,
 outcomes sent back to /v1/feedback."""
 

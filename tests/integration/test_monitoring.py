@@ -1,4 +1,4 @@
-"""The monitor end to end on the drift scenario (flows/monitoring/scenario.py): a logistic sensor ensemble trained
+"""The monitor end to end on the drift scenario (bench/drift_scenario.py): a logistic sensor ensemble trained
 on a plant's reference fleet is registered with its training reference and served (the real app, ONNX Runtime);
 a drifted fleet (another operating point, another failure prevalence) is replayed through the HTTP API with its
 units and times, and its outcomes sent to /v1/feedback by unit and time, so they reach the real SQLite prediction
@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from contract.manifest import load_verify_key, public_key_path
 from contract.registry import CHAMPION, alias_version
 from flows.monitor import monitor
-from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
+from bench.drift_scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
 from flows.params import load_params
 from flows.tracking import signing_key, use_tracking
 from models.metrics import expected_calibration_error

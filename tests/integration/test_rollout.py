@@ -1,4 +1,4 @@
-"""Shadow and canary end to end on the drift scenario (flows/monitoring/scenario.py): the scenario's logistic
+"""Shadow and canary end to end on the drift scenario (bench/drift_scenario.py): the scenario's logistic
 sensor model is the champion, a broken version of it (negated weights: signed and shaped like any other, refused
 by the gate) the challenger. The real app (FastAPI TestClient over create_app, ONNX Runtime, the real MLflow
 registry) runs it in shadow, then in canary while the drifted fleet is replayed through the HTTP API and its
@@ -22,7 +22,7 @@ from contract.audit import read_moves
 from contract.prediction_store import connect, read_predictions
 from contract.registry import CHALLENGER, CHAMPION, alias_version, audit_trail, move_alias
 from flows.monitor import monitor
-from flows.monitoring.scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
+from bench.drift_scenario import Scenario, fleet_stream, register_model, train_reference_model, write_params
 from flows.params import load_params
 from flows.tracking import use_tracking
 from tests.integration.replay import predict, send_outcomes, service, wait_for_challenger

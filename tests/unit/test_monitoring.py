@@ -16,7 +16,7 @@ from contract.reference import read_reference, write_reference
 from data.molecules.standardize import parse_smiles
 from flows.config import MonitorConfig
 from flows.monitoring.reports import family_report
-from flows.monitoring.scenario import logistic_onnx
+from bench.drift_scenario import logistic_onnx
 from models.metrics import expected_calibration_error
 from models.drift import bin_shares, nearest_similarity, out_of_range, psi, window_means
 from models.monitoring import descriptor_matrix, molecule_reference, morgan_bits, sensor_drift, sensor_reference
