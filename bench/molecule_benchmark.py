@@ -14,8 +14,8 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/reference/benchmarks.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
 gets them, the same for every dataset (bench/recipe_search.py molecule chose them by validation across both), then the
-flags; each variant of bench/recipes/molecule_ablations.yaml changes one thing (views, pretraining, descriptors,
-the distance task), and the one that changes nothing is the headline.
+flags; each variant of bench/recipes/molecule_ablations.yaml changes one thing (views, pretraining, descriptors),
+and the one that changes nothing is the headline.
 """
 
 from __future__ import annotations
@@ -318,8 +318,8 @@ def main() -> None:
                     t = time.time()
                     net, _ = pretrain_model(corpus, len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
                     pretrained[key] = net.state_dict(), round((time.time() - t) / cfg.epochs, 1)
-                    print(f"{name} pretraining seed {seed} (distance weight {cfg.distance_weight}) on {len(corpus)} "
-                          f"molecules: {time.time() - t:.0f} s", flush=True)
+                    print(f"{name} pretraining seed {seed} on {len(corpus)} molecules: {time.time() - t:.0f} s",
+                          flush=True)
                 return pretrained[key]
 
             for variant_name in args.variants:

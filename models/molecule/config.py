@@ -41,8 +41,6 @@ class MoleculePretrainConfig(PretrainConfig):
     extra_smiles: Path | None = Field(None, description="CSV/Parquet of extra unlabelled SMILES (test molecules are removed)")
     extra_smiles_column: str = "smiles"
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
-    distance_weight: float = Field(0.0, ge=0, description="weight of the shortest-path distance pretext task (0: off)")
-    distance_pairs: int = Field(8, ge=1, description="atom pairs per molecule and batch for the distance task")
 
 
 class MoleculeFinetuneConfig(FinetuneConfig):

@@ -301,34 +301,18 @@ def info_nce(a: torch.Tensor, b: torch.Tensor, temperature: float) -> torch.Tens
     return 0.5 * (nn.functional.cross_entropy(logits, labels) + nn.functional.cross_entropy(logits.T, labels))
 
 
-class PairDistance(nn.Module):
-    """Structural pretext head: atom states of a pair (P, H) x 2 -> logits (P, classes) of their shortest-path
-    distance (models/molecule/distances.py); symmetric in the two atoms."""
-
-    def __init__(self, hidden: int, classes: int):
-        super().__init__()
-        self.mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.ReLU(), nn.Linear(hidden, classes))
-
-    def forward(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
-        return self.mlp(torch.cat([first + second, first * second], dim=-1))
-
-
 class MoleculePretrainer(nn.Module):
     """Masked atom prediction (graph view) + masked token prediction (SMILES view) + InfoNCE alignment of the
-    pooled graph and SMILES embeddings of the same molecules (both views see their masked inputs) + with
-    `distance_weight` > 0, shortest-path distance classes of sampled atom pairs from the masked graph's states.
+    pooled graph and SMILES embeddings of the same molecules (both views see their masked inputs).
 
     forward(atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens, descriptors,
-            hidden_atoms (N,) bool, hidden_tokens (G, T) bool, pairs (P, 2) int64, distances (P,) int64)
+            hidden_atoms (N,) bool, hidden_tokens (G, T) bool)
     -> (total loss, {name: loss}); descriptors are not used
     """
 
     def __init__(self, model: MoleculeNet, atom_feature_sizes: list[int], vocab_size: int, hidden: int,
-                 contrastive_weight: float, temperature: float, distance_weight: float = 0.0,
-                 distance_classes: int = 7):
+                 contrastive_weight: float, temperature: float):
         super().__init__()
-        self.distance_weight = distance_weight
-        self.distance = PairDistance(hidden, distance_classes) if distance_weight > 0 else None
         self.model = model
         self.atoms = MaskedAtomPrediction(model.encoder, atom_feature_sizes, hidden)
         self.token_classifier = nn.Linear(hidden, vocab_size)
@@ -338,7 +322,7 @@ class MoleculePretrainer(nn.Module):
         self.temperature = temperature
 
     def forward(self, atom_features, edge_index, bond_features, positional, batch, atom_mask, graph_mask, tokens,
-                descriptors, hidden_atoms, hidden_tokens, pairs=None, distances=None):
+                descriptors, hidden_atoms, hidden_tokens):
         parts = {}
         n_graphs = atom_mask.shape[0]
         states = self.atoms.states(atom_features, positional, edge_index, bond_features, hidden_atoms)
@@ -352,8 +336,4 @@ class MoleculePretrainer(nn.Module):
             smiles = self.smiles_projection(self.model.smiles_pool(masked_pool(token_states, token_mask)))
             parts["contrastive"] = info_nce(graph, smiles, self.temperature)
             total = total + self.contrastive_weight * parts["contrastive"]
-        if self.distance is not None and pairs is not None and len(pairs):
-            logits = self.distance(states[pairs[:, 0]], states[pairs[:, 1]])
-            parts["distance"] = nn.functional.cross_entropy(logits, distances)
-            total = total + self.distance_weight * parts["distance"]
         return total, parts

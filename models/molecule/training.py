@@ -21,7 +21,6 @@ from models.batching import index_batches
 from models import mc_dropout
 from models.mc_dropout import sample_dropout
 from models.molecule.config import MoleculeFinetuneConfig, MoleculeModelConfig, MoleculePretrainConfig
-from models.molecule.distances import MAX_DISTANCE, distance_pairs
 from models.molecule.network import MoleculeNet, MoleculePretrainer
 from models.training import TrainingHooks, TrainingSettings, TrainResult, train
 
@@ -61,14 +60,11 @@ class MoleculeBatch:
 @dataclass(frozen=True)
 class MoleculePretrainBatch:
     """One pretraining batch of B molecules with N atoms, on the training device: `inputs` as MoleculeBatch's,
-    hidden_atoms (N,) and hidden_tokens (B, T) bool the masked atoms and tokens, and with the distance task pairs
-    (P, 2) int64 sampled atom pairs and distances (P,) int64 their shortest-path distance classes (else None)."""
+    hidden_atoms (N,) and hidden_tokens (B, T) bool the masked atoms and tokens."""
 
     inputs: list[torch.Tensor]
     hidden_atoms: torch.Tensor
     hidden_tokens: torch.Tensor
-    pairs: torch.Tensor | None = None
-    distances: torch.Tensor | None = None
 
 
 def bucketed_batches(molecules: Molecules, batch_size: int, seed: int, bucket: int = 8):
@@ -127,14 +123,13 @@ def tensors(arrays: dict[str, np.ndarray], device: torch.device) -> list[torch.T
 
 def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model_cfg: MoleculeModelConfig,
                    cfg: MoleculePretrainConfig, device: torch.device) -> tuple[MoleculeNet, TrainResult]:
-    """Masked atoms + masked tokens + InfoNCE alignment of the graph and SMILES views (+ the distance pretext task
-    with `cfg.distance_weight` > 0; see MoleculePretrainer).
+    """Masked atoms + masked tokens + InfoNCE alignment of the graph and SMILES views (MoleculePretrainer).
     Returns the model whose graph and SMILES encoders are pretrained (cross-attention, gate and head are not)."""
     single_thread_on_cpu(device)
     torch.manual_seed(cfg.seed)
     model = build_model(vocab_size, max_length, model_cfg)
     objective = MoleculePretrainer(model, ATOM_FEATURE_SIZES, vocab_size, model_cfg.hidden,
-                                   cfg.contrastive_weight, cfg.temperature, cfg.distance_weight, MAX_DISTANCE + 1)
+                                   cfg.contrastive_weight, cfg.temperature)
     rng = np.random.default_rng(cfg.seed)
     with_tokens = molecules.subset([i for i, t in enumerate(molecules.tokens) if t is not None])
     if not len(with_tokens):
@@ -151,15 +146,11 @@ def pretrain_model(molecules: Molecules, vocab_size: int, max_length: int, model
             rows, cols = np.nonzero(maskable)
             pick = rng.integers(len(rows))
             hidden_tokens[rows[pick], cols[pick]] = True
-            pairs = distances = None
-            if cfg.distance_weight > 0:
-                pairs, distances = distance_pairs(arrays["edge_index"], arrays["batch"], cfg.distance_pairs, rng)
-                pairs, distances = torch.from_numpy(pairs).to(device), torch.from_numpy(distances).to(device)
             yield MoleculePretrainBatch(tensors(arrays, device), torch.from_numpy(hidden_atoms).to(device),
-                                        torch.from_numpy(hidden_tokens).to(device), pairs, distances)
+                                        torch.from_numpy(hidden_tokens).to(device))
 
     def step(net, batch: MoleculePretrainBatch) -> torch.Tensor:
-        total, parts = net(*batch.inputs, batch.hidden_atoms, batch.hidden_tokens, batch.pairs, batch.distances)
+        total, parts = net(*batch.inputs, batch.hidden_atoms, batch.hidden_tokens)
         return total
 
     result = train(objective, batches, step, None,

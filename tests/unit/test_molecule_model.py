@@ -220,29 +220,6 @@ def test_a_hidden_atom_shows_none_of_its_own_features():
                                   objective.atoms.states(other, positional, edges, bonds, shown))
 
 
-def test_the_distance_pretext_task_adds_its_loss_and_trains_the_graph_view():
-    from models.molecule.distances import MAX_DISTANCE, distance_pairs
-
-    net = model()
-    objective = MoleculePretrainer(net, ATOM_FEATURE_SIZES, len(TOKENIZER), SMALL.hidden, contrastive_weight=0.0,
-                                   temperature=0.1, distance_weight=2.0, distance_classes=MAX_DISTANCE + 1)
-    arrays = inputs(["CCCCCCCC", "Clc1ccc(Br)cc1", "CC(=O)O"])
-    batch = tensors(arrays, CPU)
-    pairs, distances = distance_pairs(arrays["edge_index"], arrays["batch"], 8, np.random.default_rng(0))
-    hidden_atoms = torch.zeros(len(arrays["batch"]), dtype=torch.bool)
-    hidden_atoms[0] = True
-    hidden_tokens = torch.zeros_like(batch[MODEL_INPUTS.index("tokens")], dtype=torch.bool)
-    hidden_tokens[:, 1] = True
-    total, parts = objective(*batch, hidden_atoms, hidden_tokens, torch.from_numpy(pairs), torch.from_numpy(distances))
-    assert set(parts) == {"masked_atom", "masked_token", "distance"}
-    assert total.item() == pytest.approx(parts["masked_atom"].item() + parts["masked_token"].item()
-                                         + 2.0 * parts["distance"].item(), rel=1e-5)
-    parts["distance"].backward()
-    assert net.encoder.positional.weight.grad.abs().sum() > 0  # the graph view learns from it
-    off = MoleculePretrainer(net, ATOM_FEATURE_SIZES, len(TOKENIZER), SMALL.hidden, 0.0, 0.1)
-    assert off.distance is None and "distance" not in off(*batch, hidden_atoms, hidden_tokens)[1]
-
-
 @pytest.mark.parametrize("sign_flip", [True, False])
 def test_pretraining_flips_eigenvector_signs_only_when_told(monkeypatch, sign_flip):
     flipped = []
@@ -413,39 +390,6 @@ def test_predictor_answers_a_molecule_without_its_graph_from_its_smiles_where_th
     older = MoleculePredictor(path, card, prefer_cuda=False).predict([hypervalent])  # a card without `smiles_only`
     assert older["modality"].tolist() == [None] and "cannot answer from the SMILES alone" in older["error"][0]
     assert np.isnan(older["prediction"][0])
-
-
-def test_distance_targets_are_rdkits_topological_distances_capped():
-    from rdkit import Chem
-
-    from models.molecule.distances import MAX_DISTANCE, distance_pairs
-
-    smiles = ["CCCCCCCCCC", "c1ccc2ccccc2c1", "CC(=O)Nc1ccc(O)cc1", "O"]
-    graphs = [featurize_smiles(s) for s in smiles]
-    arrays = batch_inputs(graphs, [None] * len(graphs))
-    pairs, targets = distance_pairs(arrays["edge_index"], arrays["batch"], 20, np.random.default_rng(0))
-    batch = arrays["batch"]
-    assert len(pairs) == 3 * 20  # water has one atom: no pair
-    assert (batch[pairs[:, 0]] == batch[pairs[:, 1]]).all() and (pairs[:, 0] != pairs[:, 1]).all()
-    starts = np.r_[0, np.cumsum(np.bincount(batch))[:-1]]
-    for (i, j), target in zip(pairs, targets):
-        molecule = batch[i]
-        mol = Chem.MolFromSmiles(graphs[molecule].smiles)
-        mol = Chem.RenumberAtoms(mol, [int(k) for k in np.argsort(list(Chem.CanonicalRankAtoms(mol)))])
-        matrix = Chem.GetDistanceMatrix(mol)  # atoms in the featuriser's (canonical rank) order
-        assert target == min(matrix[i - starts[molecule], j - starts[molecule]], MAX_DISTANCE)
-    assert targets.max() == MAX_DISTANCE and targets.min() == 1
-
-
-def test_pretraining_with_the_distance_task_adds_its_loss_to_the_curve():
-    def last_loss(weight: float) -> float:
-        cfg = MoleculePretrainConfig(epochs=1, batch_size=4, distance_weight=weight)
-        _, result = molecule_training.pretrain_model(molecules(HANDFUL), len(TOKENIZER), TOKENIZER.max_length, SMALL,
-                                                     cfg, CPU)
-        return result.history[-1]["train_loss"]
-
-    without, with_distance = last_loss(0.0), last_loss(1.0)
-    assert np.isfinite(with_distance) and with_distance > without  # a cross entropy over 7 classes on top
 
 
 def test_the_export_parity_check_skips_smiles_views_the_tokenizer_cannot_take(exported):
