@@ -128,6 +128,32 @@ def apply_decision(cfg: RegistryConfig, version: str, decision: Decision, by: st
             client.set_model_version_tag(cfg.model_name, version, "previous_champion", previous)
 
 
+def _compare_with_champion(client: MlflowClient, cfg: RegistryConfig, card: dict, champion_version: str,
+                           champion_metrics: Callable[[Path, dict], dict[str, float]], key, new_task: bool,
+                           ) -> tuple[dict[str, float] | None, list[str], str | None]:
+    """The champion's test metrics where it verifies and predicts the same task (else None), notes for the
+    decision's reasons, and the refusal where it predicts another task and not `new_task`."""
+    with tempfile.TemporaryDirectory(prefix="champion-") as scratch:
+        try:
+            verified = download_verified(client, cfg.model_name, champion_version, Path(scratch), key.public_key())
+        except (ManifestError, CardError) as error:
+            return None, [f"champion v{champion_version} cannot be verified ({error}): no comparison"], None
+        ours, theirs = task_identity(card), task_identity(verified.card)
+        if ours != theirs and new_task:
+            note = f"new task (--new-task): champion v{champion_version} predicted {describe_identity(theirs)}"
+            return None, [note], None
+        if ours != theirs:
+            family = card["family"]
+            return None, [], (f"champion v{champion_version} predicts {describe_identity(theirs)}; this version predicts "
+                              f"{describe_identity(ours)}: not comparable. Register it under another name "
+                              f"({family}.registry.model_name in params.yaml), or replace the champion's task with "
+                              f"`python -m flows.stages.register {family} --new-task`")
+        try:
+            return champion_metrics(verified.onnx, verified.card), [], None
+        except IncompatibleModelError as error:
+            return None, [f"champion v{champion_version} cannot run on this code ({error}): no comparison"], None
+
+
 def register_and_gate(
     cfg: RegistryConfig,
     card: dict,
@@ -149,30 +175,9 @@ def register_and_gate(
     A champion of another task is never compared: the new version is refused, unless `new_task` (then it is judged
     on calibration alone and replaces the champion's task)."""
     client = MlflowClient()
-    key = load_signing_key(signing_key)
-    champion, notes, refusal = None, [], None
     champion_version = alias_version(client, cfg.model_name, CHAMPION)
-    with tempfile.TemporaryDirectory(prefix="champion-") as scratch:
-        if champion_version is not None:
-            try:
-                verified = download_verified(client, cfg.model_name, champion_version, Path(scratch), key.public_key())
-            except (ManifestError, CardError) as error:
-                notes.append(f"champion v{champion_version} cannot be verified ({error}): no comparison")
-            else:
-                ours, theirs = task_identity(card), task_identity(verified.card)
-                if ours != theirs and new_task:
-                    notes.append(f"new task (--new-task): champion v{champion_version} predicted {describe_identity(theirs)}")
-                elif ours != theirs:
-                    family = card["family"]
-                    refusal = (f"champion v{champion_version} predicts {describe_identity(theirs)}; this version predicts "
-                               f"{describe_identity(ours)}: not comparable. Register it under another name "
-                               f"({family}.registry.model_name in params.yaml), or replace the champion's task with "
-                               f"`python -m flows.stages.register {family} --new-task`")
-                else:
-                    try:
-                        champion = champion_metrics(verified.onnx, verified.card)
-                    except IncompatibleModelError as error:
-                        notes.append(f"champion v{champion_version} cannot run on this code ({error}): no comparison")
+    champion, notes, refusal = (None, [], None) if champion_version is None else _compare_with_champion(
+        client, cfg, card, champion_version, champion_metrics, load_signing_key(signing_key), new_task)
     tags = {f"metric.{k}": f"{v:.6g}" for k, v in card["test_metrics"].items()}
     run_tags = client.get_run(mlflow.active_run().info.run_id).data.tags  # active_run() holds the tags at its start
     tags.update({k: v for k, v in run_tags.items() if k.startswith(("data.", "git_commit"))})
