@@ -41,7 +41,8 @@ def pipeline_family(name: str) -> PipelineFamily:
 
 @dataclass
 class Prepared:
-    """What prepare made: the family's prepared data (saved by `save`), its report, figures for MLflow and a line."""
+    """What prepare made: the family's prepared data (`save_prepared` writes it), its report, metrics for MLflow and
+    a line to print."""
 
     data: Any
     report: dict
