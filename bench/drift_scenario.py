@@ -1,4 +1,4 @@
-"""The drift scenario of docs/monitoring.md, shared by bench/monitoring.py and the integration tests.
+"""The drift scenario of docs/how-to/monitor.md, shared by bench/monitoring.py and the integration tests.
 
 A plant's reference fleet trains a small logistic ensemble on per-window channel means (written as an ONNX graph
 that takes the WindowFeaturizer's (n, 2C, T) features, like the exported detector); it is registered with its

@@ -20,6 +20,8 @@ README = PROJECT / "README.md"
 MAX_README_LINES = 150
 # Folders whose code comments and docstrings must carry no commit id or date.
 CODE_FOLDERS = ("data", "models", "contract", "serving", "flows", "bench")
+# Folders whose code names only docs files that exist (in comments, docstrings, messages).
+DOC_NAMING_FOLDERS = ("data", "models", "contract", "serving", "bench", "tests")
 # Generated from bench/results/*.json (bench/report.py), and the history of choices: these may carry dates.
 NOT_GUIDES = (DOCS / "results.md", DOCS / "results", DOCS / "decisions")
 
@@ -29,6 +31,7 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 CODE_PATH = re.compile(r"\b(?:data|models|flows|serving|contract|bench|tests)/[\w/]+\.py\b")
 MODULE = re.compile(r"(?:python|torchrun)\b[^`\n]*? -m ([a-z_][\w.]*)")
+DOC_PATH = re.compile(r"\bdocs/[\w/.-]+\.md\b")
 SERVING_VARIABLE = re.compile(r"\bSERVING_[A-Z_]*[A-Z]\b")
 
 
@@ -84,6 +87,13 @@ def test_code_comments_carry_no_commit_ids_or_dates(folder):
     found = [f"{path.relative_to(PROJECT)}:{line}: {match}" for path in sorted((PROJECT / folder).rglob("*.py"))
              for line, text in comments_and_docstrings(path.read_text()) for match in dated_or_commit_ids(text)]
     assert not found, "comments with a commit id or date:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize("folder", DOC_NAMING_FOLDERS)
+def test_code_names_existing_docs(folder):
+    missing = [f"{path.relative_to(PROJECT)}: {name}" for path in sorted((PROJECT / folder).rglob("*.py"))
+               for name in DOC_PATH.findall(path.read_text()) if not (PROJECT / name).exists()]
+    assert not missing, "code naming docs that do not exist:\n" + "\n".join(missing)
 
 
 def test_the_checks_find_commit_ids_and_dates():
