@@ -1,1 +1,1 @@
-"""The molecular property model's stages: prepare, pretrain, finetune, calibrate, baseline, export, register."""
+"""The molecular property model's part of the pipeline: its PipelineFamily (family.py) and the parts it calls."""

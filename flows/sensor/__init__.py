@@ -1,1 +1,2 @@
-"""The sensor failure detector's stages: prepare, pretrain, finetune, calibrate, novelty, baseline, export, register."""
+"""The sensor failure detector's part of the pipeline: its PipelineFamily (family.py), the parts it calls and its
+own stage, novelty."""
