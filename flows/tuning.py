@@ -112,14 +112,14 @@ def journal(path: Path) -> optuna.storages.JournalStorage:
 
 
 @compute_task(name="tune-trial", task_run_name="trial-{index}")
-def run_trial(family: PipelineFamily, index: int, params: Params, inputs: FinetuneData, study_path: str,
+def run_trial(parts: PipelineFamily, index: int, params: Params, inputs: FinetuneData, study_path: str,
               sign: float) -> TrialRecord:
     """One Optuna trial: ask the study for settings, train one member with them (pruned by the median rule), tell
     the study. Returns its record."""
-    cfg = family.settings(params).tune
+    cfg = parts.settings(params).tune
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    epochs = family.settings(params).finetune.epochs
-    study = optuna.load_study(study_name=family.name, storage=journal(Path(study_path)),
+    epochs = parts.settings(params).finetune.epochs
+    study = optuna.load_study(study_name=parts.name, storage=journal(Path(study_path)),
                               sampler=make_sampler(cfg, cfg.seed + index), pruner=make_pruner(cfg, epochs))
     trial = study.ask()
     values = {key: suggest(trial, key, dimension) for key, dimension in cfg.space.items()}
@@ -132,8 +132,8 @@ def run_trial(family: PipelineFamily, index: int, params: Params, inputs: Finetu
             raise optuna.TrialPruned()
 
     try:
-        trial_cfg = family.settings(with_overrides(params, {f"{family.name}.{k}": v for k, v in values.items()}))
-        _, result = family.train_member(trial_cfg, inputs, trial_cfg.finetune.seed, on_epoch=on_epoch)
+        trial_cfg = parts.settings(with_overrides(params, {f"{parts.name}.{k}": v for k, v in values.items()}))
+        _, result = parts.train_member(trial_cfg, inputs, trial_cfg.finetune.seed, on_epoch=on_epoch)
     except optuna.TrialPruned:
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return record.model_copy(update={"state": "pruned"})
@@ -190,19 +190,19 @@ def _new_study(family: str, cfg: TuneConfig, study_path: Path) -> None:
             study.enqueue_trial(dict(zip(cfg.space, values)))
 
 
-def _run_trials(family: PipelineFamily, params: Params, inputs: FinetuneData, study_path: Path, trials: int,
+def _run_trials(parts: PipelineFamily, params: Params, inputs: FinetuneData, study_path: Path, trials: int,
                 metric: tuple[str, float]) -> list[TrialRecord]:
     """Waves of `parallel` trial tasks until `trials` have run or the budget is spent; their records in order."""
-    cfg: TuneConfig = family.settings(params).tune
+    cfg: TuneConfig = parts.settings(params).tune
     (name, sign), started, records = metric, time.monotonic(), []
     while len(records) < trials and time.monotonic() - started < cfg.budget_minutes * 60:
         wave = range(len(records), min(trials, len(records) + cfg.parallel))
-        futures = [run_trial.submit(family, index, params, inputs, str(study_path), sign) for index in wave]
+        futures = [run_trial.submit(parts, index, params, inputs, str(study_path), sign) for index in wave]
         for future in futures:
             record = future.result()
             records.append(record)
             shown = "" if record.value is None else f" {name} {record.value:.4f}"
-            print(f"{family.name} tune: trial {record.trial + 1}/{trials} {record.state}{shown} {record.params}"
+            print(f"{parts.name} tune: trial {record.trial + 1}/{trials} {record.state}{shown} {record.params}"
                   + (f" ({record.error})" if record.error else ""), flush=True)
     return records
 
