@@ -39,7 +39,7 @@ from models.monitoring import sensor_reference
 from models.predictors import SensorPredictor
 
 START = datetime.datetime(2026, 11, 1, tzinfo=datetime.timezone.utc)
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
