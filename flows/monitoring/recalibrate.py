@@ -21,6 +21,7 @@ from mlflow.models import Model
 from contract.manifest import sha256_file
 from contract.reference import REFERENCE
 from contract.registry import VerifiedVersion
+from flows.family import pipeline_family
 from flows.monitoring.reports import served_probability
 from flows.params import Params
 from flows.registry import register_and_gate
@@ -44,7 +45,7 @@ def _probability_fit(card: dict, fit: pd.DataFrame, held: pd.DataFrame, methods:
     y_fit, y_held = fit["observed"].to_numpy(int), held["observed"].to_numpy(int)
     if len(np.unique(y_fit)) < 2 or len(np.unique(y_held)) < 2:
         return {"skipped": "the fitting or the held-out outcomes hold only one class"}
-    groups = fit["unit"].to_numpy(str) if card["family"] == "sensor" and fit["unit"].notna().all() else None
+    groups = fit["unit"].to_numpy(str) if fit["unit"].notna().all() else None  # units (sensors) as CV groups
     recalibration = fit_probability_map(p_fit, y_fit, groups, methods)
     threshold = float(card.get("threshold", 0.5))
     new_threshold = float(apply_probability_map(np.array([threshold]), recalibration)[0])
@@ -78,7 +79,8 @@ def recalibrate(params: Params, champion: VerifiedVersion, labelled: pd.DataFram
     family, card = champion.card["family"], champion.card
     fit, held = split_in_time(labelled, params.monitor.holdout_fraction)
     if card["task"] == "classification":
-        methods = params.sensor.calibrate.methods if family == "sensor" else PROBABILITY_METHODS
+        # the family's calibration candidates where it chooses among several, else every probability calibrator
+        methods = getattr(pipeline_family(family).settings(params).calibrate, "methods", PROBABILITY_METHODS)
         result = _probability_fit(card, fit, held, methods)
     else:
         result = _interval_fit(card, fit, held)
@@ -87,7 +89,7 @@ def recalibrate(params: Params, champion: VerifiedVersion, labelled: pd.DataFram
     lineage = {"base_version": champion.version, "store": store, "outcomes": len(labelled), "fitted_on": len(fit),
                "held_out": len(held), "first": str(labelled["received_at"].iloc[0]),
                "last": str(labelled["received_at"].iloc[-1])}
-    registry = getattr(params, family).registry
+    registry = pipeline_family(family).settings(params).registry
     with tempfile.TemporaryDirectory(prefix="recalibrate-") as scratch:
         onnx_path = compose_recalibration(champion.onnx, Path(scratch) / "model.onnx", result["recalibration"])
         new_card = {**card, **result["card_updates"], "test_metrics": result["after"],
