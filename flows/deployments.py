@@ -18,24 +18,26 @@ from prefect.deployments.runner import EntrypointType, RunnerDeployment
 
 from flows.config import SchedulesConfig
 from flows.monitor import monitor
-from flows.orchestration import data_refresh, molecule_pipeline, retrain, sensor_pipeline
+from flows.family import FAMILIES
+from flows.orchestration import data_refresh, pipeline, retrain
 from flows.params import DEFAULT_PARAMS, ParamsError, load_params
 
 TAGS = ["failsafe-ml"]
 
 
 def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
-    """The five deployments: both family pipelines (run on demand), the data refresh, the retrain and the monitor
-    (scheduled)."""
-    def deploy(flow, name: str, description: str, schedule_name: str | None = None) -> RunnerDeployment:
+    """The deployments: each family's pipeline (`pipeline/<family>`, run on demand), the data refresh, the retrain
+    and the monitor (scheduled)."""
+    def deploy(flow, name: str, description: str, schedule_name: str | None = None,
+               parameters: dict | None = None) -> RunnerDeployment:
         schedule = schedules.schedule(schedule_name) if schedule_name else None
         return flow.to_deployment(name=name, description=description, tags=TAGS, paused=False,
-                                  schedules=[schedule] if schedule else None,
+                                  schedules=[schedule] if schedule else None, parameters=parameters,
                                   entrypoint_type=EntrypointType.MODULE_PATH)
 
     return [
-        deploy(sensor_pipeline, "sensor", "Sensor failure detector: prepare -> register, parameters into params.yaml"),
-        deploy(molecule_pipeline, "molecule", "Molecular property model: prepare -> register"),
+        *(deploy(pipeline, family, f"The {family} family: prepare -> register, parameters into params.yaml",
+                 parameters={"family": family}) for family in FAMILIES),
         deploy(data_refresh, "nightly", "Re-read the sources and version the prepared data", "data_refresh"),
         deploy(retrain, "weekly", "Data refresh, then both pipelines", "retrain"),
         deploy(monitor, "hourly", "Drift and calibration of the champions on the prediction store; recalibration "

@@ -90,28 +90,18 @@ def _pipeline(family: str, overrides: dict[str, Any], force: bool) -> None:
     _publish_summary(f"{family}-pipeline", f"{family} pipeline", [family])
 
 
-@flow(name="sensor-pipeline", log_prints=True)
-def sensor_pipeline(data_source: str | None = None, data_path: str | None = None, epochs: int | None = None,
-                    seed: int | None = None, overrides: dict[str, Any] | None = None, force: bool = False) -> None:
-    """The sensor failure detector, prepare to register (`dvc repro sensor_register`).
+@flow(name="pipeline", flow_run_name="{family}-pipeline", log_prints=True)
+def pipeline(family: str, data_source: str | None = None, data_path: str | None = None, epochs: int | None = None,
+             seed: int | None = None, overrides: dict[str, Any] | None = None, force: bool = False) -> None:
+    """A family's pipeline, prepare to register (`dvc repro <family>_register`).
 
-    data_source: simulator | cmapss | skab | file, with data_path; epochs: fine-tuning epochs; seed: every
-    seed of the family; overrides: any params.yaml keys, dotted ({"sensor.model.hidden": 64});
-    force: re-run stages that are up to date.
+    data_source: a `data.source` of the family (sensor: simulator | cmapss | skab | file; molecule: solubility |
+    file), `file` where only data_path is given; data_path: the file it reads; epochs: fine-tuning epochs; seed:
+    every seed of the family; overrides: any params.yaml keys, dotted ({"sensor.model.hidden": 64}); force: re-run
+    stages that are up to date.
     """
-    _pipeline("sensor", family_overrides("sensor", data_source, data_path, epochs, seed, overrides), force)
-
-
-@flow(name="molecule-pipeline", log_prints=True)
-def molecule_pipeline(data_path: str | None = None, epochs: int | None = None, seed: int | None = None,
-                      overrides: dict[str, Any] | None = None, force: bool = False) -> None:
-    """The molecular property model, prepare to register (`dvc repro molecule_register`).
-
-    data_path: a CSV/Parquet of SMILES and targets (the built-in solubility set when not given); epochs,
-    seed, overrides, force: as for the sensor pipeline.
-    """
-    source = "file" if data_path is not None else None
-    _pipeline("molecule", family_overrides("molecule", source, data_path, epochs, seed, overrides), force)
+    source = data_source or ("file" if data_path is not None else None)
+    _pipeline(family, family_overrides(family, source, data_path, epochs, seed, overrides), force)
 
 
 @flow(name="data-refresh", log_prints=True)

@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from flows.family import FAMILIES
 from flows.params import DEFAULT_PARAMS, load_params
 from flows.server import prefect_server
 from flows.tracking import tracking_uri
@@ -50,8 +51,8 @@ def main() -> None:
                 child([sys.executable, "-m", "flows.deployments"],
                       env={**os.environ, "PREFECT_API_URL": api_url}) as runner:
             print(f"Prefect UI: http://127.0.0.1:{PREFECT_PORT}   MLflow UI: http://127.0.0.1:{MLFLOW_PORT}\n"
-                  "Deployments: sensor-pipeline/sensor, molecule-pipeline/molecule, data-refresh/nightly, "
-                  "retrain/weekly   (Ctrl-C stops everything)", flush=True)
+                  f"Deployments: {', '.join(f'pipeline/{family}' for family in FAMILIES)}, data-refresh/nightly, "
+                  "retrain/weekly, monitor/hourly   (Ctrl-C stops everything)", flush=True)
             while runner.poll() is None:
                 time.sleep(1)
             print(f"the deployments runner exited with status {runner.returncode}", file=sys.stderr)

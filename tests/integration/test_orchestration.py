@@ -19,8 +19,7 @@ from tests.integration.workspace import FINISHED, clone_workspace, merged, run, 
 pytestmark = pytest.mark.integration
 
 SCHEDULES = {"data_refresh": "30 1 * * *", "retrain": "0 4 * * 6", "monitor": "15 * * * *", "timezone": "Europe/Berlin"}
-NAMES = {"sensor-pipeline/sensor", "molecule-pipeline/molecule", "data-refresh/nightly", "retrain/weekly",
-         "monitor/hourly"}
+NAMES = {"pipeline/sensor", "pipeline/molecule", "data-refresh/nightly", "retrain/weekly", "monitor/hourly"}
 
 
 def _deployments() -> dict:
@@ -58,13 +57,14 @@ def _mlflow_runs(root, family: str) -> list:
 def test_deployments_are_registered_with_the_schedules_from_params(served):
     deployments = _deployments()
     crons = {name: [(s.schedule.cron, s.schedule.timezone) for s in deployments[name].schedules] for name in NAMES}
-    assert crons == {"sensor-pipeline/sensor": [], "molecule-pipeline/molecule": [],
+    assert crons == {"pipeline/sensor": [], "pipeline/molecule": [],
                      "data-refresh/nightly": [("30 1 * * *", "Europe/Berlin")],
                      "retrain/weekly": [("0 4 * * 6", "Europe/Berlin")],
                      "monitor/hourly": [("15 * * * *", "Europe/Berlin")]}
     assert not any(deployments[name].paused for name in NAMES)
-    schema = deployments["sensor-pipeline/sensor"].parameter_openapi_schema["properties"]
-    assert {"data_source", "data_path", "epochs", "seed", "overrides", "force"} <= set(schema)
+    schema = deployments["pipeline/sensor"].parameter_openapi_schema["properties"]
+    assert {"family", "data_source", "data_path", "epochs", "seed", "overrides", "force"} <= set(schema)
+    assert deployments["pipeline/molecule"].parameters == {"family": "molecule"}
 
 
 def test_triggered_data_refresh_completes_and_versions_the_prepared_data(served):
@@ -84,7 +84,7 @@ def test_triggered_data_refresh_completes_and_versions_the_prepared_data(served)
 
 
 def test_pipeline_run_with_parameters_leaves_what_dvc_repro_would(served):
-    flow_run = run_deployment("sensor-pipeline/sensor", parameters={"overrides": {"sensor.registry.tolerance": 0.01}},
+    flow_run = run_deployment("pipeline/sensor", parameters={"overrides": {"sensor.registry.tolerance": 0.01}},
                               timeout=600, poll_interval=1)
     assert flow_run.state.is_completed(), flow_run.state.message
     assert yaml.safe_load((served / "params.yaml").read_text())["sensor"]["registry"]["tolerance"] == 0.01
@@ -103,7 +103,7 @@ def test_pipeline_run_with_parameters_leaves_what_dvc_repro_would(served):
 
 def test_bad_parameters_fail_the_run_and_leave_params_untouched(served):
     before = (served / "params.yaml").read_text()
-    flow_run = run_deployment("sensor-pipeline/sensor", parameters={"overrides": {"sensor.finetune.epochz": 2}},
+    flow_run = run_deployment("pipeline/sensor", parameters={"overrides": {"sensor.finetune.epochz": 2}},
                               timeout=300, poll_interval=1)
     assert flow_run.state.is_failed()
     with get_client(sync_client=True) as client:
