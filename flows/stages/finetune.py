@@ -29,19 +29,21 @@ from models.distributed import DistributedContext, process_group
 
 
 @compute_task(name="finetune-member", task_run_name="finetune-member-{seed}")
-def train_member(family: PipelineFamily, cfg, inputs: FinetuneData, seed: int, checkpoint=None):
-    return family.train_member(cfg, inputs, seed, checkpoint)
+def train_member(parts: PipelineFamily, cfg, inputs: FinetuneData, seed: int, checkpoint=None):
+    return parts.train_member(cfg, inputs, seed, checkpoint)
 
 
-def train_members(family: PipelineFamily, cfg, inputs: FinetuneData, distributed: DistributedContext | None) -> list:
+def train_members(parts: PipelineFamily, cfg, inputs: FinetuneData, distributed: DistributedContext | None) -> list:
     """(member, TrainResult) of every member: parallel tasks, or under torchrun one after the other, each
     data-parallel on every rank."""
     seeds = [cfg.finetune.seed + index for index in range(cfg.finetune.ensemble_size)]
-    checkpoints = [(family.paths.artifacts / "checkpoints" / f"member{index}.pt").resolve() for index in range(len(seeds))]
+    folder = parts.paths.artifacts / "checkpoints"
+    checkpoints = [(folder / f"member{index}.pt").resolve() for index in range(len(seeds))]
     if distributed is not None:
-        return [family.train_member(cfg, inputs, seed, checkpoint, distributed)
+        return [parts.train_member(cfg, inputs, seed, checkpoint, distributed)
                 for seed, checkpoint in zip(seeds, checkpoints)]
-    futures = [train_member.submit(family, cfg, inputs, seed, checkpoint) for seed, checkpoint in zip(seeds, checkpoints)]
+    futures = [train_member.submit(parts, cfg, inputs, seed, checkpoint)
+               for seed, checkpoint in zip(seeds, checkpoints)]
     return [future.result() for future in futures]
 
 

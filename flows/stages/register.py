@@ -20,12 +20,12 @@ from flows.tracking import signing_key, stage_run
 
 
 @io_task(name="register-and-gate")
-def register_task(family: PipelineFamily, registry, signing: Path, card: dict, prepared, new_task: bool,
+def register_task(parts: PipelineFamily, registry, signing: Path, card: dict, prepared, new_task: bool,
                   baseline: dict[str, float]) -> dict:
-    return register_and_gate(registry, card, family.paths.onnx, family.signature(card),
-                             functools.partial(family.champion_metrics, prepared), signing, new_task,
-                             extra_files={REFERENCE: family.paths.reference}, baseline=baseline,
-                             test_positives=family.test_positives(prepared, card))
+    return register_and_gate(registry, card, parts.paths.onnx, parts.signature(card),
+                             functools.partial(parts.champion_metrics, prepared), signing, new_task,
+                             extra_files={REFERENCE: parts.paths.reference}, baseline=baseline,
+                             test_positives=parts.test_positives(prepared, card))
 
 
 @flow(name="register", flow_run_name="{family}-register")
