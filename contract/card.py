@@ -30,7 +30,7 @@ class ModelCard(BaseModel):
 
     family: str
     task: Literal["classification", "regression"]
-    target: str | None = Field(None, description="what the model predicts (absent from the oldest cards)")
+    target: str = Field(description="what the model predicts")
     calibration: dict[str, Any] = Field(default_factory=dict)
     test_metrics: dict[str, float | None] = Field(default_factory=dict)
     val_metrics: dict[str, float | None] = Field(default_factory=dict)
@@ -110,19 +110,15 @@ def read_card(directory: Path) -> dict:
     return card
 
 
-def task_identity(card: dict) -> dict | None:
+def task_identity(card: dict) -> dict:
     """What the model predicts from what: family, task, target and inputs (e.g. sensor: channels and window;
-    molecule: SMILES). None for a card written before cards recorded their target."""
-    if "target" not in card:
-        return None
+    molecule: SMILES)."""
     parsed = parse_card(card)
     return {"family": parsed.family, "task": parsed.task, "target": parsed.target, "inputs": parsed.identity_inputs()}
 
 
-def describe_identity(identity: dict | None) -> str:
+def describe_identity(identity: dict) -> str:
     """One line, e.g. "sensor classification of 'failure within 48 steps' from 3 channels (a, b, c), window 32"."""
-    if identity is None:
-        return "an unrecorded task (a card from before task identities)"
     text = f"{identity['family']} {identity['task']} of '{identity['target']}'"
     inputs = identity["inputs"]
     if isinstance(inputs, dict) and {"channels", "window"} <= inputs.keys():

@@ -34,13 +34,12 @@ class LoadedModel:
     details: dict = field(default_factory=dict)  # the family's own /v1/models fields (ServedFamily.details)
 
     def describe(self) -> dict:
-        """serving.schemas.ModelInfo's fields; `target` and `interval` only when the card has them, and the family's
-        own details."""
+        """serving.schemas.ModelInfo's fields: `interval` when the card has one, and the family's own details."""
         metrics = {k: v if math.isfinite(v) else None for k, v in self.card.get("test_metrics", {}).items()}
         info = {
             "family": self.family, "name": self.name, "version": self.version, "alias": self.alias,
             "provider": self.predictor.provider, "sha256": self.sha256, "task": self.card["task"],
-            "target": self.card.get("target"), "metrics": metrics,
+            "target": self.card["target"], "metrics": metrics,
         }
         calibration = self.card.get("calibration", {})
         if "interval_z" in calibration and "nominal_coverage" in calibration:

@@ -39,7 +39,7 @@ class ModelInfo(BaseModel):
     provider: str = Field(description="the ONNX Runtime execution provider answering")
     sha256: str = Field(description="of the served model.onnx, as signed in the version's manifest")
     task: str = Field(description="regression or classification")
-    target: str | None = Field(None, description="what the model predicts (absent from older model cards)")
+    target: str = Field(description="what the model predicts")
     interval: Interval | None = Field(None, description="regression models calibrated for an interval")
     metrics: dict[str, float | None] = Field(description="test metrics from the model card (null: undefined)")
     channels: list[str] | None = Field(None, description="sensor: the channel order of a window's steps")

@@ -12,7 +12,7 @@ from contract.manifest import (MANIFEST, SIGNATURE, ManifestError, key_id, load_
                                public_key_path, sign_directory, verify_directory)
 
 SENSOR_CARD = {"family": "sensor", "task": "classification", "target": "failure within 48 steps",
-               "channels": ["a", "b", "c"], "window": 32, "threshold": 0.4}
+               "channels": ["a", "b", "c"], "window": 32, "threshold": 0.4, "featurizer": {}}
 
 
 @pytest.fixture
@@ -94,8 +94,10 @@ def test_task_identity_tells_tasks_apart():
     assert task_identity({**SENSOR_CARD, "channels": ["a"]}) != same
     assert task_identity({**SENSOR_CARD, "window": 48}) != same
     assert task_identity({**SENSOR_CARD, "target": "failure within 30 steps"}) != same
-    molecule = {"family": "molecule", "task": "regression", "target": "solubility"}
+    molecule = {"family": "molecule", "task": "regression", "target": "solubility", "featurizer_version": 5,
+                "tokenizer": {}}
     assert task_identity(molecule) != task_identity({**molecule, "target": "logD"})
-    assert task_identity({"family": "molecule", "task": "regression"}) is None
+    with pytest.raises(CardError, match="target: Field required"):
+        task_identity({k: v for k, v in molecule.items() if k != "target"})
     assert describe_identity(same) == "sensor classification of 'failure within 48 steps' from 3 channels (a, b, c), window 32"
     assert describe_identity(task_identity(molecule)) == "molecule regression of 'solubility'"
