@@ -83,7 +83,7 @@ class ServingSettings(BaseSettings):
     units_refresh_s: float = Field(5.0, gt=0, description="how long a worker trusts the unit references it read "
                                    "(one put through another worker is seen after at most this)")
     # The service's own monitoring (/v1/monitoring, serving/monitoring.py). The defaults are those of the params
-    # file's `monitor` section, which the service does not read (docs/how-to/monitor.md).
+    # file's `monitor` section, which the service does not read (tests/unit/test_params.py keeps them equal).
     monitor_seconds: float = Field(30.0, gt=0, description="how often the monitoring figures are recomputed, in the "
                                    "background")
     monitor_drift_window: int = Field(1000, ge=10, description="recent sensor windows and molecules (per worker "

@@ -191,3 +191,19 @@ def test_the_params_reference_documents_every_setting():
     missing = [key for key in settings(Params())
                if f"| `{key.rsplit('.', 1)[1]}` |" not in sections.get(key.rsplit(".", 1)[0], "")]
     assert missing == [], "settings without a row in docs/reference/params.md"
+
+
+def test_the_services_monitoring_thresholds_default_to_params_yaml_s_monitor_section():
+    """The service reads no params file, so its SERVING_MONITOR_* defaults must be the `monitor` section's values:
+    a threshold changed in one place only fails here, naming it."""
+    from serving.settings import ServingSettings
+
+    monitor = yaml.safe_load((PROJECT / "params.yaml").read_text())["monitor"]
+    service = ServingSettings.model_fields
+    shared = {"window": "monitor_outcome_window", "drift_window": "monitor_drift_window",
+              "min_outcomes": "monitor_min_items", **{key: f"monitor_{key}" for key in
+                                                      ("max_ece", "max_coverage_error", "max_psi", "min_similarity",
+                                                       "max_out_of_domain")}}
+    differing = {key: (monitor[key], service[field].default) for key, field in shared.items()
+                 if monitor[key] != service[field].default}
+    assert not differing, f"params.yaml monitor.<key> vs the service's default: {differing}"
