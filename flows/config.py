@@ -96,7 +96,7 @@ class OrchestrationConfig(StrictModel):
 
 class RolloutJudgeConfig(StrictModel):
     """The monitor's rollout judge: a `challenger` a service runs in shadow or canary against the champion, on
-    live labelled outcomes and the service SLOs; it promotes, rolls back or waits (docs/monitoring.md)."""
+    live labelled outcomes and the service SLOs; it promotes, rolls back or waits (docs/how-to/monitor.md)."""
 
     enabled: bool = Field(True, description="judge each family's challenger when it is not the champion's version")
     window: int = Field(5000, ge=10, description="the last N predictions of each side that are judged")
@@ -115,7 +115,7 @@ class RolloutJudgeConfig(StrictModel):
 
 class MonitorConfig(StrictModel):
     """The `monitor` flow: where the prediction store is, what it reads, the thresholds that raise an alarm, and
-    the recalibration an alarm triggers (docs/monitoring.md)."""
+    the recalibration an alarm triggers (docs/how-to/monitor.md)."""
 
     store_url: str | None = Field(None, description="SQLAlchemy URL of the prediction store; null: the service's "
                                   "default SQLite file inside the project (contract/prediction_store.DEFAULT_URL)")

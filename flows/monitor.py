@@ -1,6 +1,6 @@
 """Flow `monitor`: each family's champion against its training reference and its labelled outcomes, from the
 prediction store the service fills; the rollout judge of a challenger the service runs in shadow or canary; a
-gated recalibration when a threshold is crossed (docs/monitoring.md).
+gated recalibration when a threshold is crossed (docs/how-to/monitor.md).
 
     python -m flows.monitor [--params params.yaml]
 

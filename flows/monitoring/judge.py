@@ -1,5 +1,5 @@
 """The rollout judge: each family's `challenger`, run by the service in shadow or canary (SERVING_ROLLOUT), against
-its champion on the same period's live predictions (params.yaml `monitor.judge`, docs/monitoring.md).
+its champion on the same period's live predictions (params.yaml `monitor.judge`, docs/how-to/monitor.md).
 
 Each side is summarised from the prediction store: requests, the share whose model call failed, p99 of the call
 latency, and on labelled outcomes the monitor's quality metrics (sensor and molecule classifiers: Brier, ECE,

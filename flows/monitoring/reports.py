@@ -1,5 +1,5 @@
 """The monitor's report of one champion: input drift against the training reference and output quality on
-labelled outcomes, with the alarms its thresholds raise (params.yaml `monitor`, docs/monitoring.md).
+labelled outcomes, with the alarms its thresholds raise (params.yaml `monitor`, docs/how-to/monitor.md).
 
 A report is a JSON-ready dict: {"inputs": ..., "outcomes": ..., "alarms": [one line each], "metrics": {flat
 name: value, what MLflow logs}}."""

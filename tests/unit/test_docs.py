@@ -21,7 +21,7 @@ MAX_README_LINES = 150
 # Folders whose code comments and docstrings must carry no commit id or date.
 CODE_FOLDERS = ("data", "models", "contract", "serving", "flows", "bench")
 # Folders whose code names only docs files that exist (in comments, docstrings, messages).
-DOC_NAMING_FOLDERS = ("data", "models", "contract", "serving", "bench", "tests")
+DOC_NAMING_FOLDERS = ("data", "models", "contract", "serving", "flows", "bench", "tests")
 # Generated from bench/results/*.json (bench/report.py), and the history of choices: these may carry dates.
 NOT_GUIDES = (DOCS / "results.md", DOCS / "results", DOCS / "decisions")
 
