@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast serve ui rollback tune install report metrics constraints corpus
+.PHONY: run test test-fast serve ui rollback tune install report metrics constraints
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,12 +67,6 @@ ui: install
 # the best settings go to tuned/<family>.yaml, which the next `make run` fine-tunes with
 tune: install
 	$(BIN)/dvc repro $(FAMILY)_tune
-
-# An unlabelled pretraining corpus, opt-in: MOLECULES molecules of MOSES -> data/corpus/moses_<MOLECULES>.csv, for
-# molecule.pretrain.extra_smiles (data/molecules/corpus.py)
-MOLECULES ?= 50000
-corpus: install
-	$(BIN)/python -m data.molecules.corpus --molecules $(MOLECULES)
 
 # Test metrics of the last run, a table per family: a row per model (ours and each baseline), a column per metric
 metrics: install

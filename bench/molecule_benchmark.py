@@ -8,8 +8,6 @@ reproduces 902/113/113 and 1631/204/204). Writes bench/results/molecule.json.
     .venv/bin/python bench/molecule_benchmark.py                       # everything, 1 seed
     .venv/bin/python bench/molecule_benchmark.py --datasets esol --variants fused_pre --seeds 0 1 2
     .venv/bin/python bench/molecule_benchmark.py --chemprop ''         # skip chemprop
-    .venv/bin/python bench/molecule_benchmark.py --variants fused_pre --extra-smiles data/corpus/moses_50000.csv \
-        --out bench/results/molecule_moses50k.json                      # pretraining on a corpus (`make corpus`)
 
 chemprop lives in its own virtualenv (its pins would change this project's rdkit): see docs/reference/benchmarks.md.
 Model sizes and training settings come from params.yaml (`molecule.model`, `.pretrain`, `.finetune`) as a user
@@ -45,7 +43,6 @@ from data.molecules.featurize import featurize_smiles  # noqa: E402
 from data.molecules.fingerprints import morgan_counts  # noqa: E402
 from data.molecules.prepare import prepare_molecule_data  # noqa: E402
 from data.molecules.tokenizer import SmilesTokenizer  # noqa: E402
-from flows.molecule.family import extra_smiles  # noqa: E402
 from flows.params import load_params, with_overrides  # noqa: E402
 from models.metrics import classification_metrics, regression_metrics  # noqa: E402
 from models.molecule.training import Molecules, finetune_member, predict_raw, pretrain_model  # noqa: E402
@@ -220,9 +217,6 @@ def main() -> None:
     parser.add_argument("--members", type=int, default=None, help="ensemble members (default: molecule.finetune.ensemble_size)")
     parser.add_argument("--epochs", type=int, default=None, help="fine-tuning epochs (default: params)")
     parser.add_argument("--pretrain-epochs", type=int, default=None)
-    parser.add_argument("--extra-smiles", type=Path, default=None,
-                        help="pretrain on the training molecules plus this file's `smiles` (molecule.pretrain.extra_smiles; "
-                             "validation and test molecules are removed from it)")
     parser.add_argument("--no-forest", action="store_true")
     parser.add_argument("--chemprop", default="chemprop", help="chemprop CLI, a path or a command on PATH (its own venv: "
                         "docs/reference/benchmarks.md); '' to skip")
@@ -254,14 +248,6 @@ def main() -> None:
         task = spec["task"]
         y = {s: prepared.splits[s]["target"].to_numpy(dtype=float) for s in ("train", "val", "test")}
         data = {s: Molecules.from_smiles(list(prepared.splits[s]["smiles"]), tokenizer) for s in ("train", "val", "test")}
-        corpus, corpus_report = data["train"], {}
-        if args.extra_smiles is not None:
-            held_out = {*prepared.splits["val"]["smiles"], *prepared.splits["test"]["smiles"]}
-            extra, corpus_report = extra_smiles.fn(args.extra_smiles, "smiles", held_out, params.molecule.data.max_heavy_atoms)
-            t = time.time()
-            corpus = Molecules.from_smiles(list(dict.fromkeys([*prepared.splits["train"]["smiles"], *extra])), tokenizer)
-            corpus_report = {**corpus_report, "pretrain_molecules": len(corpus), "featurize_seconds": round(time.time() - t, 1)}
-            print(f"{name}: pretraining corpus {corpus_report}", flush=True)
         base = flagged(params, args)
         model_cfg, finetune, pretrain_cfg = base.molecule.model, base.molecule.finetune, base.molecule.pretrain
         members = args.members or finetune.ensemble_size
@@ -279,7 +265,6 @@ def main() -> None:
                 "anchors_test": spec["anchors"], "seeds": sorted({r["seed"] for r in merged}), "members": members,
                 "finetune": finetune.model_dump(mode="json"), "pretrain": pretrain_cfg.model_dump(mode="json"),
                 "model": model_cfg.model_dump(), "summary": summarise(merged), "runs": merged,
-                **({"pretraining_corpus": {"file": str(args.extra_smiles), **corpus_report}} if corpus_report else {}),
             }
             # the file as it is now, this dataset replaced: benchmarks of other datasets may write it meanwhile
             current = json.loads(out_path.read_text()) if out_path.is_file() else {}
@@ -308,7 +293,7 @@ def main() -> None:
             pretrained = {}  # pretraining settings -> (pretrained state, seconds per epoch)
 
             def pretrained_state(molecule) -> tuple[dict, float] | None:
-                """The state pretrained with the variant's `pretrain` section (on params.yaml's model, the corpus),
+                """The state pretrained with the variant's `pretrain` section (on params.yaml's model, the training split),
                 shared by the variants of the same settings; None where the variant does not pretrain."""
                 if not (molecule.pretrain.enabled and molecule.finetune.use_pretrained):
                     return None
@@ -316,9 +301,9 @@ def main() -> None:
                 key = cfg.model_dump_json()
                 if key not in pretrained:
                     t = time.time()
-                    net, _ = pretrain_model(corpus, len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
+                    net, _ = pretrain_model(data["train"], len(tokenizer), tokenizer.max_length, model_cfg, cfg, CPU)
                     pretrained[key] = net.state_dict(), round((time.time() - t) / cfg.epochs, 1)
-                    print(f"{name} pretraining seed {seed} on {len(corpus)} molecules: {time.time() - t:.0f} s",
+                    print(f"{name} pretraining seed {seed} on {len(data['train'])} molecules: {time.time() - t:.0f} s",
                           flush=True)
                 return pretrained[key]
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from flows.family import Exported, FinetuneData, PipelineFamily, Prepared
 from flows.molecule.splits import load_molecules, targets, tokenizer_of
-from flows.tasks import cached_io_task, compute_task, io_task, source_cache_key
+from flows.tasks import cached_io_task, compute_task, source_cache_key
 
 RANDOM_FOREST = "random_forest_morgan"
 
@@ -39,37 +39,6 @@ def build_splits(cfg):
     from data.molecules.prepare import prepare_molecule_data
 
     return prepare_molecule_data(cfg)
-
-
-@io_task(name="load-extra-smiles")
-def extra_smiles(path: Path, column: str, excluded: set[str], max_heavy_atoms: int) -> tuple[list[str], dict]:
-    """Canonical SMILES of an extra file, without unparseable ones (or over `max_heavy_atoms`), duplicates and
-    `excluded` (val/test) molecules."""
-    import pandas as pd
-
-    from data.errors import DataValidationError
-    from data.molecules.standardize import InvalidSmilesError, canonical_smiles
-
-    path = Path(path)
-    if not path.is_file():
-        raise DataValidationError("extra SMILES file not found", file=path)
-    frame = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_csv(path)
-    if column not in frame.columns:
-        raise DataValidationError(f"no column '{column}' (columns: {list(frame.columns)})", file=path, column=column)
-    kept, bad, held_out, seen = [], 0, 0, set()
-    for raw in frame[column].astype(str):
-        try:
-            smi = canonical_smiles(raw, max_heavy_atoms)
-        except InvalidSmilesError:
-            bad += 1
-            continue
-        if smi in excluded:
-            held_out += 1
-        elif smi not in seen:
-            seen.add(smi)
-            kept.append(smi)
-    return kept, {"extra_rows": len(frame), "extra_kept": len(kept), "extra_unparseable": bad,
-                  "extra_in_val_or_test": held_out}
 
 
 @compute_task(name="masked-atoms-tokens-contrastive")
@@ -114,21 +83,12 @@ class MoleculeFamily(PipelineFamily):
         return load_molecules()
 
     def pretrain(self, cfg) -> tuple[dict, list[dict], str]:
-        """Masked atoms, masked tokens and graph/SMILES contrastive alignment on the train split's molecules and
-        `pretrain.extra_smiles` (validation and test molecules are never used)."""
-        import mlflow
-
+        """Masked atoms, masked tokens and graph/SMILES contrastive alignment on the train split's molecules."""
         from flows.molecule.artifacts import featurize
 
         prepared = load_molecules()
         tokenizer = tokenizer_of(prepared)
         smiles = list(prepared.splits["train"]["smiles"])
-        if cfg.pretrain.extra_smiles is not None:
-            held_out = {*prepared.splits["val"]["smiles"], *prepared.splits["test"]["smiles"]}
-            extra, report = extra_smiles(cfg.pretrain.extra_smiles, cfg.pretrain.extra_smiles_column, held_out,
-                                         cfg.data.max_heavy_atoms)
-            smiles = list(dict.fromkeys([*smiles, *extra]))
-            mlflow.log_metrics({k: float(v) for k, v in report.items()})
         molecules = featurize(smiles, tokenizer, cfg.data.max_heavy_atoms)
         model, result = pretrain_model(molecules, len(tokenizer), tokenizer.max_length, cfg.model, cfg.pretrain)
         state = {"state": model.state_dict(), "model": cfg.model.model_dump(), "tokenizer": tokenizer.to_dict(),

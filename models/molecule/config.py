@@ -3,7 +3,6 @@ of params.yaml."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
@@ -38,8 +37,6 @@ class MoleculePretrainConfig(PretrainConfig):
     token_mask_ratio: float = Field(0.15, gt=0, lt=1, description="share of SMILES tokens masked")
     contrastive_weight: float = Field(0.5, ge=0, description="weight of the InfoNCE graph/SMILES alignment loss")
     temperature: float = Field(0.1, gt=0, description="InfoNCE temperature")
-    extra_smiles: Path | None = Field(None, description="CSV/Parquet of extra unlabelled SMILES (test molecules are removed)")
-    extra_smiles_column: str = "smiles"
     sign_flip: bool = Field(True, description="flip Laplacian eigenvector signs at random per molecule and batch")
 
 
