@@ -148,7 +148,13 @@ def table(rows: list[Row], metrics: dict[str, str], seconds: bool = False) -> st
 
 def plot(path: Path, panels: list[tuple[str, list[Row]]], metric: str, label: str) -> None:
     """One horizontal bar chart per panel, stacked: the mean of `metric` per method, sd as error bar, seeds as
-    dots, references as open diamonds (a reference beyond the measured range sits at the edge, with its value)."""
+    dots, references as open diamonds (a reference beyond the measured range sits at the edge, with its value).
+    Drawn in matplotlib's default style, whatever style the process set before, so the PNG bytes are the same."""
+    with plt.style.context("default"):
+        _draw(path, panels, metric, label)
+
+
+def _draw(path: Path, panels: list[tuple[str, list[Row]]], metric: str, label: str) -> None:
     colours = {"reference": "#9e9e9e", "baseline": "#5b8bd0", "ours": "#d9622b", "ablation": "#f2b38f"}
     heights = [0.55 + 0.2 * len(rows) for _, rows in panels]
     fig, axes = plt.subplots(len(panels), 1, figsize=(6.4, sum(heights)), dpi=100, squeeze=False,

@@ -159,17 +159,16 @@ def _plots(study: optuna.Study, out: Path) -> list[Path]:
     if len(finished) >= 2 and len(study.best_trial.params) >= 1:
         figures["param_importances.png"] = optuna_plots.plot_param_importances
     for name, plot in figures.items():
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # optuna's matplotlib plots
+        with warnings.catch_warnings(), plt.rc_context():  # optuna's plots set a style for the whole process
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # optuna's matplotlib plots
+            try:
                 axes = plot(study)
-        except (ValueError, RuntimeError) as error:  # importances of settings that never varied
-            print(f"no {name}: {error}")
-            continue
-        path = out / name
-        axes.figure.savefig(path, dpi=110, bbox_inches="tight")
+            except (ValueError, RuntimeError) as error:  # importances of settings that never varied
+                print(f"no {name}: {error}")
+                continue
+            axes.figure.savefig(out / name, dpi=110, bbox_inches="tight")
         plt.close(axes.figure)
-        written.append(path)
+        written.append(out / name)
     return written
 
 
