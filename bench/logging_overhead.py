@@ -41,6 +41,7 @@ from sqlalchemy import func, select
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.serving import FALLBACK_SMILES, RESULTS, Kind, drive, free_port  # noqa: E402
+from contract.card import ModelCard  # noqa: E402
 from contract.prediction_store import engine_for, predictions  # noqa: E402
 from serving.families.sensor import SensorItems  # noqa: E402
 from serving.family import family_class  # noqa: E402
@@ -121,7 +122,7 @@ def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
     """CPU milliseconds the log spends per one-item prediction, measured apart from any HTTP load: the request path
     and sender thread in this process plus the writer process (SQLite store), `count` predictions written GROUP
     per transaction. The writer's start-up is not counted."""
-    card = {"channels": model.get("channels")}
+    card = ModelCard.model_construct(family=model["family"], channels=model.get("channels"))
     served = LoadedModel(model["family"], model["name"], model["version"], model["alias"], "", card, None)
     writer = StoreWriter(engine_for(f"sqlite:///{scratch}/{model['family']}-cpu.db"), rows_of, capacity_rows=10 * GROUP,
                          retention_days=1, max_rows=10 * count, prune_every_s=3600, metrics=ServiceMetrics())

@@ -24,6 +24,7 @@ from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
 
 if TYPE_CHECKING:
+    from contract.card import ModelCard
     from serving.loading import LoadedModel
 
 FAMILIES: dict[str, type["ServedFamily"]] = {}
@@ -136,7 +137,7 @@ class ServedFamily(ABC):
 
     # ---- service parts
     @staticmethod
-    def details(card: dict) -> dict:
+    def details(card: ModelCard) -> dict:
         """More /v1/models fields of a version, from its card (serving.schemas.ModelInfo)."""
         return {}
 

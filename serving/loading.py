@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from mlflow import MlflowClient
 
+from contract.card import ModelCard, parse_card
 from contract.reference import read_reference
 from contract.registry import download_verified
 from serving.family import family_class
@@ -28,20 +29,20 @@ class LoadedModel:
     version: str
     alias: str
     sha256: str
-    card: dict
+    card: ModelCard  # validated by its family's card model (contract/card.py)
     predictor: Any  # the family's predictor (models/predictors.py)
     reference: dict | None = None  # training reference arrays (contract/reference.py); None for older versions
     details: dict = field(default_factory=dict)  # the family's own /v1/models fields (ServedFamily.details)
 
     def describe(self) -> dict:
         """serving.schemas.ModelInfo's fields: `interval` when the card has one, and the family's own details."""
-        metrics = {k: v if math.isfinite(v) else None for k, v in self.card.get("test_metrics", {}).items()}
+        metrics = {k: v if math.isfinite(v) else None for k, v in self.card.test_metrics.items()}
         info = {
             "family": self.family, "name": self.name, "version": self.version, "alias": self.alias,
-            "provider": self.predictor.provider, "sha256": self.sha256, "task": self.card["task"],
-            "target": self.card["target"], "metrics": metrics,
+            "provider": self.predictor.provider, "sha256": self.sha256, "task": self.card.task,
+            "target": self.card.target, "metrics": metrics,
         }
-        calibration = self.card.get("calibration", {})
+        calibration = self.card.calibration
         if "interval_z" in calibration and "nominal_coverage" in calibration:
             info["interval"] = {"z": calibration["interval_z"], "coverage": calibration["nominal_coverage"]}
         return {**info, **self.details}
@@ -57,5 +58,6 @@ def load_version(client: MlflowClient, family: str, name: str, version: str, ali
         verified = download_verified(client, name, version, Path(scratch), public_key)
         predictor = served.predictor(verified.onnx, verified.card, prefer_cuda=prefer_cuda)
         reference = read_reference(verified.directory)
-    return LoadedModel(family, name, str(version), alias, verified.manifest["files"]["model.onnx"], verified.card,
-                       predictor, reference, served.details(verified.card))
+    card = parse_card(verified.card)
+    return LoadedModel(family, name, str(version), alias, verified.manifest["files"]["model.onnx"], card, predictor,
+                       reference, served.details(card))

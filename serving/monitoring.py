@@ -47,8 +47,8 @@ def outcome_report(model: LoadedModel, rows: list[dict], settings: ServingSettin
                     "alarm": False}
     if not rows:
         return report
-    calibration = model.card.get("calibration", {})
-    if model.card["task"] == "classification":
+    calibration = model.card.calibration
+    if model.card.task == "classification":
         p = np.array([row["output"].get("failure_probability", row["output"].get("probability")) for row in rows],
                      dtype=np.float64)
         metrics = {"brier": brier_score(y, p), "ece": expected_calibration_error(y, p),

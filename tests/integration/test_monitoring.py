@@ -58,8 +58,8 @@ def monitored(tmp_path_factory):
 def test_the_registered_version_carries_its_signed_training_reference(monitored):
     champion = monitored["champion"]
     assert champion.reference is not None
-    assert champion.reference["channels"].tolist() == champion.card["channels"]
-    assert champion.reference["psi_proportions"].sum(axis=1) == pytest.approx(np.ones(len(champion.card["channels"])))
+    assert champion.reference["channels"].tolist() == champion.card.channels
+    assert champion.reference["psi_proportions"].sum(axis=1) == pytest.approx(np.ones(len(champion.card.channels)))
 
 
 def test_the_served_champion_answered_the_replayed_fleet(monitored):
@@ -93,7 +93,7 @@ def test_the_new_champion_is_calibrated_on_drifted_windows_it_never_saw(monitore
     new = load_version(monitored["client"], "sensor", monitored["name"],
                        alias_version(monitored["client"], monitored["name"], CHAMPION), CHAMPION, monitored["key"], False)
     assert new.reference is not None and np.array_equal(new.reference["summary_sample"], old.reference["summary_sample"])
-    assert new.card["recalibrations"][0]["base_version"] == "1" and new.card["threshold"] != old.card["threshold"]
+    assert new.card.recalibrations[0]["base_version"] == "1" and new.card.threshold != old.card.threshold
     fresh = fleet_stream(monitored["scenario"], seed=202, drifted=True).windows
     before = expected_calibration_error(fresh.y, old.predictor.predict(fresh.X)["probability"])
     after = expected_calibration_error(fresh.y, new.predictor.predict(fresh.X)["probability"])

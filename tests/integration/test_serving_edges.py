@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from contract.card import parse_card
 from models.predictors import MoleculePredictor
 from serving.app import create_app
 from serving.loading import LoadedModel
@@ -153,7 +154,7 @@ def test_models_name_the_target_and_the_interval(default_url, tmp_path_factory):
     models = tiny_models(tmp_path_factory.getbasetemp() / "models")
     card = {**models.molecule_card, "calibration": {"interval_z": 1.96, "nominal_coverage": 0.95},
             "test_metrics": {"rmse": 0.7, "r2": float("nan")}}
-    described = LoadedModel("molecule", MOLECULE_NAME, "3", "champion", "0" * 64, card,
+    described = LoadedModel("molecule", MOLECULE_NAME, "3", "champion", "0" * 64, parse_card(card),
                             MoleculePredictor(models.molecule, card, prefer_cuda=False)).describe()
     assert described["interval"] == {"z": 1.96, "coverage": 0.95}
     assert described["metrics"] == {"rmse": 0.7, "r2": None}  # JSON has no NaN

@@ -15,11 +15,11 @@ from serving.families.molecule import check_smiles
 from serving.families.sensor.inputs import sensor_windows
 from serving.inputs import BadInput, check_count
 
-CARD = {"channels": ["a", "b"], "window": 3}
+CHANNELS, STEPS = ["a", "b"], 3
 
 
 def test_windows_become_time_by_channel_arrays_with_nan_for_null():
-    (window,) = sensor_windows([[[1.0, None], [2.0, 3.0], [4.0, 5.0]]], CARD)
+    (window,) = sensor_windows([[[1.0, None], [2.0, 3.0], [4.0, 5.0]]], CHANNELS, STEPS)
     assert window.shape == (3, 2) and window.dtype == np.float32
     assert np.isnan(window[0, 1]) and window[2, 0] == 4.0
 
@@ -30,7 +30,7 @@ def test_windows_become_time_by_channel_arrays_with_nan_for_null():
 ])
 def test_wrong_shapes_are_named(windows, message):
     with pytest.raises(BadInput, match=message.replace("[", r"\[").replace("]", r"\]")):
-        sensor_windows(windows, CARD)
+        sensor_windows(windows, CHANNELS, STEPS)
 
 
 def test_limits():

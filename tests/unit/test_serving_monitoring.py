@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contract.card import ModelCard
 from flows.config import MonitorConfig
 from models.drift import window_means
 from models.monitoring import sensor_reference
@@ -27,7 +28,8 @@ def _windows(n: int, seed: int, shift=(0.0, 0.0, 0.0)) -> np.ndarray:
 
 
 def _model(card: dict, reference: dict | None = None, version: str = "1") -> LoadedModel:
-    return LoadedModel(card["family"], "model", version, "champion", "0" * 64, card, None, reference)
+    return LoadedModel(card["family"], "model", version, "champion", "0" * 64, ModelCard.model_construct(**card), None,
+                       reference)
 
 
 def test_the_sensor_window_keeps_the_last_windows_and_starts_over_for_new_channels():

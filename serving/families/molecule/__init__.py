@@ -39,7 +39,7 @@ def check_smiles(smiles: Sequence[str], max_length: int) -> list[str]:
 
 def answer_key(model: LoadedModel) -> str:
     """`value` for a regression model, `probability` for a classifier."""
-    return "value" if model.card["task"] == "regression" else "probability"
+    return "value" if model.card.task == "regression" else "probability"
 
 
 @register_family

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.card import SensorCard
 from contract.prediction_store import engine_for, resolve_url
 from models.predictors import SensorPredictor, UnitReference
 from serving.errors import NotReady
@@ -68,8 +69,8 @@ class SensorFamily(ServedFamily):
     items_name, tensor_name = "windows", "windows"
 
     @staticmethod
-    def details(card: dict) -> dict:
-        return {"channels": card["channels"], "window": int(card["window"]), "threshold": float(card["threshold"])}
+    def details(card: SensorCard) -> dict:
+        return {"channels": card.channels, "window": card.window, "threshold": card.threshold}
 
     def __init__(self, settings, metrics):
         super().__init__(settings, metrics)
@@ -80,17 +81,18 @@ class SensorFamily(ServedFamily):
 
     def items(self, body: SensorRequest, model: LoadedModel) -> SensorItems:
         self.check_count(len(body.windows))
-        return SensorItems(sensor_windows(body.windows, model.card), body.units, body.times)
+        return SensorItems(sensor_windows(body.windows, model.card.channels, model.card.window), body.units,
+                           body.times)
 
     def tensor_spec(self, model: LoadedModel) -> tuple[str, list[int], str]:
-        steps, channels = int(model.card["window"]), model.card["channels"]
+        steps, channels = model.card.window, model.card.channels
         return "FP32", [steps, len(channels)], f"n windows of {steps} time steps of {', '.join(channels)}"
 
     def tensor_items(self, values: np.ndarray, model: LoadedModel) -> SensorItems:
         infinite = np.argwhere(np.isinf(values))
         if len(infinite):
             i, t, c = infinite[0]
-            raise BadInput(f"{self.tensor_name}[{i}][{t}][{c}] ({model.card['channels'][c]}) is not a finite float32 "
+            raise BadInput(f"{self.tensor_name}[{i}][{t}][{c}] ({model.card.channels[c]}) is not a finite float32 "
                            f"reading; send NaN (binary) or null (JSON) for a missing one")
         return SensorItems(values)
 
@@ -139,10 +141,10 @@ class SensorFamily(ServedFamily):
 
     def log_record(self, items: SensorItems, answers: list[dict], model: LoadedModel,
                    answered: Answered) -> WindowsRecord:
-        return WindowsRecord(answered, items.windows, model.card["channels"], answers, items.units, items.times)
+        return WindowsRecord(answered, items.windows, model.card.channels, answers, items.units, items.times)
 
     def observe(self, items: SensorItems, answers: list[dict], model: LoadedModel) -> None:
-        self.recent.add(items.windows, model.card["channels"])
+        self.recent.add(items.windows, model.card.channels)
 
     def input_report(self, model: LoadedModel) -> tuple[str, dict | None, str | None]:
         channels, means = self.recent.means()

@@ -7,10 +7,9 @@ import numpy as np
 from serving.inputs import BadInput
 
 
-def sensor_windows(windows: list[list[list[float | None]]], card: dict) -> np.ndarray:
-    """The windows as one (n, T, C) float32 array with NaN for `null`, after checking T == the card's window,
-    C == its channels, and that every reading fits in float32."""
-    channels, steps = card["channels"], int(card["window"])
+def sensor_windows(windows: list[list[list[float | None]]], channels: list[str], steps: int) -> np.ndarray:
+    """The windows as one (n, T, C) float32 array with NaN for `null`, after checking T == `steps`, the C values of
+    each step == `channels`, and that every reading fits in float32."""
     with np.errstate(over="ignore"):
         try:
             array = np.array(windows, dtype=np.float32)  # null -> NaN, which the featurizer masks as missing

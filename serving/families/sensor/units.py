@@ -150,7 +150,7 @@ class UnitReferences:
                 fitted[unit] = None
                 continue
             digest, channels, steps, windows = row
-            if channels != model.card["channels"] or steps != int(model.card["window"]):
+            if channels != model.card.channels or steps != model.card.window:
                 fitted[unit] = None  # given for another input layout: not comparable
                 continue
             key = (unit, digest, model.name, model.version)
@@ -204,9 +204,9 @@ def units_router(units: UnitReferences, model_of: Callable[[], LoadedModel], max
         if not model.predictor.takes_references:
             raise HTTPException(409, f"the served sensor model ({model.name} version {model.version}) has neither "
                                      "relative channels nor a novelty score: it takes no unit references")
-        windows = sensor_windows(body.windows, model.card)
+        windows = sensor_windows(body.windows, model.card.channels, model.card.window)
         try:
-            return await _in_store(units.put, unit, windows, model.card["channels"])
+            return await _in_store(units.put, unit, windows, model.card.channels)
         except TooManyUnits as error:
             raise HTTPException(409, str(error)) from None
 

@@ -63,11 +63,11 @@ class TabularFamily(ServedFamily):
     items_name, tensor_name = "rows", "features"
 
     @staticmethod
-    def details(card: dict) -> dict:
-        return {"channels": card["columns"]}
+    def details(card: TabularCard) -> dict:
+        return {"channels": card.columns}
 
     def _rows(self, rows, model) -> np.ndarray:
-        columns = model.card["columns"]
+        columns = model.card.columns
         array = np.asarray(rows, dtype=np.float32)
         if array.ndim != 2 or array.shape[1] != len(columns) or np.isnan(array).any():
             raise BadInput(f"each row needs one number for each of {', '.join(columns)}")
@@ -78,7 +78,7 @@ class TabularFamily(ServedFamily):
         return self._rows(body.rows, model)
 
     def tensor_spec(self, model) -> tuple[str, list[int], str]:
-        return "FP32", [len(model.card["columns"])], f"n rows of {', '.join(model.card['columns'])}"
+        return "FP32", [len(model.card.columns)], f"n rows of {', '.join(model.card.columns)}"
 
     def tensor_items(self, values: np.ndarray, model) -> np.ndarray:
         return self._rows(values, model)
@@ -101,4 +101,4 @@ class TabularFamily(ServedFamily):
 
     def log_record(self, items: np.ndarray, answers: list[dict], model, answered) -> WindowsRecord:
         """Each row logged as a one-step window of its columns."""
-        return WindowsRecord(answered, items[:, None, :], model.card["columns"], answers, None, None)
+        return WindowsRecord(answered, items[:, None, :], model.card.columns, answers, None, None)
