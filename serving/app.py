@@ -112,8 +112,9 @@ class Service:
         self.families = {name: family_class(name)(settings, self.metrics) for name in store.names}
         self.predictions = Predictions(store, settings, self.metrics, self.families)
         self.log = PredictionLog.from_settings(settings, self.metrics)  # each answer's id and its row in the store
-        self.monitor = Monitor(store, settings, self.metrics, self.log, self.families)  # input and outcome figures, in the background
-        self.rollout = Rollout(settings, store, self.predictions, self.log, self.metrics, self.monitor)
+        # each family's input figures and the outcome figures, computed in the background
+        self.monitor = Monitor(store, settings, self.metrics, self.log, self.families)
+        self.rollout = Rollout(settings, store, self.predictions, self.log, self.metrics)
         self._tasks: list[asyncio.Task] = []
 
     def _served(self) -> set[int]:

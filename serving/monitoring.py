@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Sequence
 
 import numpy as np
 from fastapi import APIRouter
@@ -78,10 +77,6 @@ class Monitor:
         self.families = families
         self._families: dict[str, dict] = {}
         self._outcomes: dict[str, tuple[tuple[str, str], dict]] = {}  # the last good outcome report per family
-
-    def record(self, family: ServedFamily, items: Sequence, answers: list[dict], model: LoadedModel) -> None:
-        """Hand an answered request's items to its family (on the request path: no computation)."""
-        family.observe(items, answers, model)
 
     def answer(self) -> dict:
         """MonitoringAnswer's fields: the last computed figures."""

@@ -1,12 +1,13 @@
-"""The prediction log: each answered window or molecule gets a `prediction_id`, and a row describing it goes to
-the prediction store (contract.prediction_store) through the background writer (serving.log_writer).
+"""The prediction log: each answered item gets a `prediction_id`, and a row describing it goes to the prediction
+store (contract.prediction_store) through the background writer (serving.log_writer).
 
-On the request path only the ids are made and the request's record queued; digests and summaries are computed
-in the writer process (serving.log_rows, serving.log_writer). A row holds the model (name, version, role:
-`champion`, `challenger` for a canary answer, `shadow` for a shadow run), the request id, the sensor unit and time when given, the sha256 of the input item, its
-summary (sensor: the channel names and, per channel, mean, std, min, max and missing share over the window's
-steps; molecule: the standardised canonical SMILES the model saw and its applicability domain, or the SMILES as sent when the call failed), the answer (empty when the model call failed), the call's latency and
-whether it failed.
+On the request path only the ids are made and the family's record of the request queued; digests and summaries
+are computed in the writer process (serving.log_rows, serving.log_writer). A row holds the model (name, version,
+role: `champion`, `challenger` for a canary answer, `shadow` for a shadow run), the request id, the sensor unit and
+time when given, the sha256 of the input item, its summary (sensor: the channel names and, per channel, mean, std,
+min, max and missing share over the window's steps; molecule: the standardised canonical SMILES the model saw and
+its applicability domain, or the SMILES as sent when the call failed), the answer (empty when the model call
+failed), the call's latency and whether it failed.
 """
 
 from __future__ import annotations

@@ -27,7 +27,6 @@ from serving.batching import BatcherClosed
 from serving.family import ServedFamily
 from serving.loading import LoadedModel
 from serving.metrics import ServiceMetrics
-from serving.monitoring import Monitor
 from serving.predict import Predictions
 from serving.prediction_log import Call, PredictionLog, new_request_id
 from serving.settings import ServingSettings
@@ -54,10 +53,9 @@ class Rollout:
     """Answers the prediction routes per SERVING_ROLLOUT; `stop` belongs to the app's lifespan."""
 
     def __init__(self, settings: ServingSettings, store: ServedModels, predictions: Predictions, log: PredictionLog,
-                 metrics: ServiceMetrics, monitor: Monitor):
+                 metrics: ServiceMetrics):
         self.mode, self.share, self.max_pending = settings.rollout, settings.canary_share, settings.shadow_max_pending
         self.store, self.predictions, self.log, self.metrics = store, predictions, log, metrics
-        self.monitor = monitor
         self._shadow_waiting: dict[str, list[ShadowItems]] = {name: [] for name in predictions.families}
         self._shadow_pending = 0  # requests waiting or running in shadow
         self._shadow_runners: dict[str, asyncio.Task] = {}  # per family, while its shadow items are being run
@@ -78,7 +76,8 @@ class Rollout:
     async def serve(self, family: ServedFamily, items: Sequence, pinned: bool = False
                     ) -> tuple[list[dict], LoadedModel]:
         """`items` -> the answers (with their `prediction_id`, or an `error`) and the model that gave them (the
-        champion when `pinned`); the items are handed to monitoring, and in shadow mode to the challenger."""
+        champion when `pinned`); the family keeps what its monitoring needs, and in shadow mode the challenger
+        runs the items too."""
         self.metrics.request_items.labels(family.name).observe(len(items))
         request_id = new_request_id()
         answers = None
@@ -93,7 +92,7 @@ class Rollout:
             answers, model = await self._call(family, CHAMPION, request_id, items)
             if self.mode == SHADOW:
                 self._shadow(family, ShadowItems(request_id, items))
-        self.monitor.record(family, items, answers, model)
+        family.observe(items, answers, model)
         return answers, model
 
     async def _call(self, family: ServedFamily, role: str, request_id: str,

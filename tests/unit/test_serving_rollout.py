@@ -53,6 +53,9 @@ class Family:
     def failed_answers(self, items):
         return [{} for _ in range(len(items))]
 
+    def observe(self, items, answers, model):
+        pass
+
 
 class Models:
     """Answers as the champion (v1) or challenger (v2), one answer per window (its probability the window's first
@@ -85,14 +88,9 @@ class Log:
         self.recorded.append((model.version, call, answers))
 
 
-class Monitor:
-    def record(self, family, items, answers, model):
-        pass
-
-
 def rollout(mode: str, models: Models, **settings) -> tuple[Rollout, list, ServiceMetrics]:
     metrics, recorded = ServiceMetrics(), []
-    serving = Rollout(ServingSettings(rollout=mode, **settings), Store(), models, Log(recorded), metrics, Monitor())
+    serving = Rollout(ServingSettings(rollout=mode, **settings), Store(), models, Log(recorded), metrics)
     return serving, recorded, metrics
 
 
