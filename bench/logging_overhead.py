@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -40,7 +39,8 @@ from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.serving import FALLBACK_SMILES, RESULTS, Kind, drive, free_port  # noqa: E402
+from bench.results_files import machine, write_results  # noqa: E402
+from bench.serving import FALLBACK_SMILES, Kind, drive, free_port  # noqa: E402
 from contract.card import ModelCard  # noqa: E402
 from contract.prediction_store import engine_for, predictions  # noqa: E402
 from serving.families.sensor import SensorItems  # noqa: E402
@@ -268,13 +268,10 @@ def main() -> None:
     report = {"script": "bench/logging_overhead.py", "models": models, "when": time.strftime("%Y-%m-%d %H:%M"),
               "seconds": args.seconds, "rounds": args.rounds,
               "clients": args.clients, "store": shown_store,
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "machine": machine(),
               "summary": summary, "stored_rows": counts, "runs": runs,
               "notes": notes + ["target: logging and shadow mode each cost at most 10 % of throughput (vs log off)"]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(report))
-    print(markdown(report))
+    write_results(args.name, report, markdown)
 
 
 if __name__ == "__main__":

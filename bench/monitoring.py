@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
 CHECK_EVERY = 50
 
 
@@ -48,7 +45,8 @@ def main() -> None:
     from flows.monitor import monitor
     from flows.monitoring.reports import family_report
     from bench.drift_scenario import (Scenario, fleet_stream, register_model, train_reference_model,
-                                           write_params, write_predictions)
+                                      write_params, write_predictions)
+    from bench.results_files import machine, write_results
     from flows.monitoring.prediction_frames import labelled_predictions, recent_predictions
     from flows.params import load_params
     from flows.tracking import signing_key, use_tracking
@@ -109,7 +107,7 @@ def main() -> None:
 
     summary = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine(),
         "scenario": {**scenario.__dict__, "drifted_stream_seed": 101, "undrifted_stream_seed": 102,
                      "evaluation_fleet_seed": 202},
         "monitor": cfg.model_dump(exclude={"store_url"}),
@@ -126,10 +124,7 @@ def main() -> None:
         "evaluation_undrifted": {"windows": len(reference_fleet.y), "before": scores(champion, reference_fleet),
                                  "after": scores(recalibrated, reference_fleet)},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "monitoring.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    (RESULTS / "monitoring.md").write_text(markdown(summary))
-    print(markdown(summary))
+    write_results("monitoring", summary, markdown)
 
 
 def markdown(s: dict) -> str:

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import json
 import os
-import platform
 import secrets
 import subprocess
 import sys
@@ -38,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
+from bench.results_files import machine, write_results  # noqa: E402
 SCHEMA_CHECKS = [status_code_conformance, content_type_conformance, response_schema_conformance]
 MODES = (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE)
 EXAMPLES_SHOWN = 20
@@ -193,14 +191,11 @@ def main() -> None:
         seconds = time.perf_counter() - started
     report = {"when": time.strftime("%Y-%m-%d %H:%M"), "registry": registry,
               "schemathesis": schemathesis.__version__, "seconds": round(seconds, 1),
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "machine": machine(),
               "requests": len(records), "server_errors": sum(r["status"] >= 500 for r in records),
               "schema_violations": len(violations), "routes": summary(records),
               "violations": distinct(violations)[:EXAMPLES_SHOWN]}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "reliability.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / "reliability.md").write_text(markdown(report))
-    print(markdown(report))
+    write_results("reliability", report, markdown)
 
 
 if __name__ == "__main__":

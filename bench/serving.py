@@ -19,7 +19,6 @@ import contextlib
 import csv
 import json
 import os
-import platform
 import random
 import socket
 import subprocess
@@ -35,7 +34,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the project's `serving` package, not this script of the same name
-RESULTS = ROOT / "bench" / "results"
+from bench.results_files import machine, write_results  # noqa: E402
 ESOL = ROOT.parent / "shared" / "data" / "esol" / "delaney-processed.csv"
 FALLBACK_SMILES = ["CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "CN1C=NC2=C1C(=O)N(C(=O)N2C)C", "ClC(Cl)Cl", "CCN(CC)CC",
                    "CC(C)Cc1ccc(cc1)C(C)C(=O)O", "OC(=O)c1ccccc1OC(C)=O", "c1ccc2ccccc2c1", "CCOC(=O)C"]
@@ -383,12 +382,9 @@ def main() -> None:
     ]
     report = {"script": "bench/serving.py", "when": time.strftime("%Y-%m-%d %H:%M"), "seconds": args.seconds,
               "models": models_label,
-              "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+              "machine": machine(),
               "service_env": service_env, "rows": rows, "soak": soaked, "notes": notes}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(report, indent=2) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(markdown(report))
-    print(markdown(report))
+    write_results(args.name, report, markdown)
 
 
 if __name__ == "__main__":
