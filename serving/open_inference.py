@@ -23,7 +23,7 @@ from serving.auth import api_key_guard
 from serving.deadline import within_deadline
 from serving.errors import MEANING, NotReady
 from serving.family import ServedFamily
-from serving.inputs import BadInput, check_count
+from serving.inputs import BadInput, check_count, is_unicode
 from serving.loading import LoadedModel
 from serving.predict import Predictions
 from serving.rollout import Rollout
@@ -148,17 +148,16 @@ class ProtocolRoutes:
             raise ProtocolError(503, f"not ready: {'; '.join(f'{k}: {v}' for k, v in problems.items())}")
         return {"ready": True}
 
-    async def model_metadata(self, name: str, request: Request) -> dict:
+    async def model_metadata(self, request: Request, name: str, version: str | None) -> dict:
         """Name, served version, platform, and the input and output tensors (-1: any number of items)."""
-        return _metadata(*self.served(name, request.path_params.get("version")), self.logged)
+        return _metadata(*self.served(name, version), self.logged)
 
-    async def model_ready(self, name: str, request: Request) -> dict:
+    async def model_ready(self, request: Request, name: str, version: str | None) -> dict:
         """200 when the model is loaded (and is the version asked for), else 503 (404 for another version)."""
-        return {"name": self.served(name, request.path_params.get("version"))[1].name, "ready": True}
+        return {"name": self.served(name, version)[1].name, "ready": True}
 
-    async def infer(self, name: str, request: Request) -> Response:
+    async def infer(self, request: Request, name: str, version: str | None) -> Response:
         """Named tensors in, named tensors out: JSON, or binary after the JSON (Inference-Header-Content-Length)."""
-        version = request.path_params.get("version")
         family, model = self.served(name, version)
         inference, binary = _read_request(await request.body(), request.headers)
         wanted = _wanted_outputs(inference, _output_types(family, model, self.logged))
@@ -197,13 +196,32 @@ def protocol_router(settings: ServingSettings, store: ServedModels, predictions:
         return {"name": "failsafe-ml", "version": package_version("failsafe-ml"), "extensions": ["binary_tensor_data"]}
 
     lookup = protocol_errors(401, 404, 422, 503)
-    for base in ("/models/{name}", "/models/{name}/versions/{version}"):
-        router.add_api_route(base, routes.model_metadata, methods=["GET"], dependencies=guarded, responses=lookup)
-        router.add_api_route(f"{base}/ready", routes.model_ready, methods=["GET"], dependencies=guarded,
+    for base, route in (("/models/{name}", _any_version), ("/models/{name}/versions/{version}", _named_version)):
+        router.add_api_route(base, route(routes.model_metadata), methods=["GET"], dependencies=guarded,
                              responses=lookup)
-        router.add_api_route(f"{base}/infer", routes.infer, methods=["POST"], dependencies=guarded,
+        router.add_api_route(f"{base}/ready", route(routes.model_ready), methods=["GET"], dependencies=guarded,
+                             responses=lookup)
+        router.add_api_route(f"{base}/infer", route(routes.infer), methods=["POST"], dependencies=guarded,
                              response_class=Response, responses=protocol_errors(400, 401, 404, 413, 422, 503, 504))
     return router
+
+
+def _any_version(handler: Callable) -> Callable:
+    """`handler` as a route of /models/{name}: the served version."""
+    async def route(request: Request, name: str):
+        return await handler(request, name, None)
+
+    route.__name__, route.__doc__ = handler.__name__, handler.__doc__
+    return route
+
+
+def _named_version(handler: Callable) -> Callable:
+    """`handler` as a route of /models/{name}/versions/{version}: that version only."""
+    async def route(request: Request, name: str, version: str):
+        return await handler(request, name, version)
+
+    route.__name__, route.__doc__ = f"{handler.__name__}_of_version", handler.__doc__
+    return route
 
 
 def _output_types(family: ServedFamily, model: LoadedModel, logged: bool) -> dict[str, str]:
@@ -246,7 +264,7 @@ def _read_request(body: bytes, headers) -> tuple[InferenceRequest, bytes]:
     declared = headers.get(HEADER_LENGTH)
     length = len(body)
     if declared is not None:
-        if not declared.isdigit() or int(declared) > len(body):
+        if not (declared.isascii() and declared.isdigit()) or int(declared) > len(body):
             raise ProtocolError(400, f"{HEADER_LENGTH} {declared!r} is not a length within the {len(body)}-byte body")
         length = int(declared)
     try:
@@ -319,6 +337,9 @@ def _texts(tensor: RequestInput, binary: bytes) -> list[str]:
         items = _flat(tensor.data, len(tensor.shape), lambda v: type(v) is str, "strings")
     if len(items) != count:
         raise ProtocolError(400, f"input {tensor.name!r} has {len(items)} elements; shape {tensor.shape} needs {count}")
+    for index, item in enumerate(items):
+        if not is_unicode(item):
+            raise ProtocolError(400, f"{tensor.name}[{index}] is not valid Unicode text (a lone surrogate)")
     return items
 
 

@@ -70,9 +70,18 @@ _FROM_ESTATE = {"MaxEStateIndex": np.max, "MinEStateIndex": np.min,
 
 
 def molecule_descriptors(mol: Chem.Mol) -> np.ndarray:
-    """DESCRIPTORS of `mol` as float32 (DESCRIPTOR_SIZE,); a value RDKit cannot compute (NaN, inf) becomes 0."""
+    """DESCRIPTORS of `mol` as float32 (DESCRIPTOR_SIZE,); a value RDKit cannot compute (NaN, inf, or an error, as
+    the spacial score of a molecule without heavy atoms) becomes 0."""
     estate = np.asarray(EState.EStateIndices(mol))
-    values = np.array([_FROM_ESTATE[name](estate) if name in _FROM_ESTATE else _FUNCTIONS[name](mol)
+    values = np.array([_FROM_ESTATE[name](estate) if name in _FROM_ESTATE and len(estate) else _value(name, mol)
                        for name in DESCRIPTORS], dtype=np.float64)
     values = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
     return values.clip(-_FLOAT32_MAX, _FLOAT32_MAX).astype(np.float32)
+
+
+def _value(name: str, mol: Chem.Mol) -> float:
+    """RDKit's descriptor `name` of `mol`, NaN where RDKit fails on it."""
+    try:
+        return float(_FUNCTIONS[name](mol))
+    except (ArithmeticError, ValueError, RuntimeError):
+        return float("nan")

@@ -57,17 +57,25 @@ def featurize_many(smiles: list[str], max_heavy_atoms: int) -> list[Featurized]:
     """Each SMILES' molecule (parsed and standardised as in training: data.molecules.featurize.featurize_smiles;
     where its graph cannot be built, its SMILES view alone: data.molecules.featurize.smiles_view_only), or the
     one-line reason it has neither (runs in a worker process)."""
-    out: list[Featurized] = []
-    for item in smiles:
-        try:
-            mol = standardize_mol(parse_smiles(item, max_heavy_atoms))
-            out.append(Molecule(featurize_mol(mol), morgan_fingerprint(mol)))
-        except DataValidationError as error:
-            try:
-                out.append(Molecule(smiles_view_only(item, str(error)), None))
-            except DataValidationError:
-                out.append(str(error))
-    return out
+    return [_featurize_one(item, max_heavy_atoms) for item in smiles]
+
+
+def _featurize_one(smiles: str, max_heavy_atoms: int) -> Featurized:
+    """One SMILES' molecule, its SMILES view alone, or why it has neither. An error RDKit raises on this SMILES
+    alone (any exception) is this SMILES' answer, never its batch's."""
+    try:
+        mol = standardize_mol(parse_smiles(smiles, max_heavy_atoms))
+        return Molecule(featurize_mol(mol), morgan_fingerprint(mol))
+    except DataValidationError as error:
+        reason = str(error)
+    except Exception as error:  # noqa: BLE001 - RDKit on arbitrary input: the item fails, not the batch
+        reason = f"could not featurise SMILES {smiles[:40]!r}: {type(error).__name__} in RDKit"
+    try:
+        return Molecule(smiles_view_only(smiles, reason), None)
+    except DataValidationError:
+        return reason
+    except Exception:  # noqa: BLE001
+        return reason
 
 
 def graph_bytes(graph: MolGraph) -> int:
