@@ -42,18 +42,42 @@ class SensorExportConfig(ExportConfig):
     )
 
 
+# What a version of each task can be judged by, and which way is better
+GATE_METRICS: dict[str, dict[str, Literal["max", "min"]]] = {
+    "classification": {"pr_auc": "max", "roc_auc": "max", "recall_at_p90": "max", "f2": "max", "brier": "min",
+                       "ece": "min"},
+    "regression": {"rmse": "min", "mae": "min", "r2": "max"},
+}
+TASK_METRIC = {"classification": "pr_auc", "regression": "rmse"}
+
+
 class RegistryConfig(StrictModel):
     """The registered model and the gate a new version passes to become `champion`."""
 
     model_name: str
-    primary_metric: str
-    mode: Literal["max", "min"] = Field(description="max: higher primary metric is better")
+    primary_metric: str | None = Field(None, description="the test metric versions are compared by; null: the "
+                                       "task's own (classification pr_auc, regression rmse)")
+    mode: Literal["max", "min"] | None = Field(None, description="max: a higher primary metric is better; null: the "
+                                               "metric's own direction")
     tolerance: float = Field(0.0, ge=0, description="a challenger may be this much worse and still be promoted")
     max_calibration_error: float = Field(0.1, gt=0, description="ECE (classification) or |coverage - nominal| (regression) bound")
     must_beat_baseline: bool = Field(True, description="the primary metric must be at least as good as the baseline's "
                                      "of the same run (within tolerance)")
     min_positives: int = Field(10, ge=1, description="classification: test positives needed to judge at all (a "
                                "constant predictor at the prior passes an ECE bound on a handful)")
+
+    def for_task(self, task: str) -> RegistryConfig:
+        """This gate with its metric and direction filled in for a `task` model; ValueError naming the setting when
+        the metric is not one such a model reports, or the direction is the metric's wrong way."""
+        metrics = GATE_METRICS[task]
+        metric = self.primary_metric or TASK_METRIC[task]
+        if metric not in metrics:
+            raise ValueError(f"registry.primary_metric is {metric!r}, which a {task} model does not report: use one of "
+                             f"{', '.join(metrics)}, or null for {TASK_METRIC[task]}")
+        if self.mode not in (None, metrics[metric]):
+            raise ValueError(f"registry.mode is {self.mode!r}, but a {'higher' if metrics[metric] == 'max' else 'lower'}"
+                             f" {metric} is better: set {metrics[metric]!r} or null")
+        return self.model_copy(update={"primary_metric": metric, "mode": metrics[metric]})
 
 
 class SchedulesConfig(StrictModel):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
 
@@ -60,10 +60,13 @@ class SensorParams(StrictModel):
     tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=SENSOR_TUNE_SPACE))
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
-        default_factory=lambda: RegistryConfig(
-            model_name=DEFAULT_MODEL_NAMES["sensor"], primary_metric="pr_auc", mode="max", max_calibration_error=0.1
-        )
+        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["sensor"], max_calibration_error=0.1)
     )
+
+    @model_validator(mode="after")
+    def gate_for_the_task(self) -> SensorParams:
+        object.__setattr__(self, "registry", self.registry.for_task("classification"))  # no re-validation loop
+        return self
 
 
 class MoleculeParams(StrictModel):
@@ -76,10 +79,13 @@ class MoleculeParams(StrictModel):
     tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=MOLECULE_TUNE_SPACE))
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
-        default_factory=lambda: RegistryConfig(
-            model_name=DEFAULT_MODEL_NAMES["molecule"], primary_metric="rmse", mode="min", max_calibration_error=0.15
-        )
+        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["molecule"], max_calibration_error=0.15)
     )
+
+    @model_validator(mode="after")
+    def gate_for_the_task(self) -> MoleculeParams:
+        object.__setattr__(self, "registry", self.registry.for_task(self.data.task))  # no re-validation loop
+        return self
 
 
 class Params(StrictModel):

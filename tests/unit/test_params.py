@@ -91,6 +91,28 @@ def test_file_source_needs_a_path(tmp_path):
         load_params(write(tmp_path, {"sensor": {"data": {"source": "file"}}}))
 
 
+def test_the_registry_gate_follows_the_task(tmp_path):
+    """A classification molecule dataset is judged by PR-AUC, higher better; regression by RMSE, lower better."""
+    classification = load_params(write(tmp_path, {"molecule": {"data": {"task": "classification"}}}))
+    assert (classification.molecule.registry.primary_metric, classification.molecule.registry.mode) == ("pr_auc", "max")
+    shipped = load_params(PROJECT / "params.yaml")
+    assert (shipped.molecule.registry.primary_metric, shipped.molecule.registry.mode) == ("rmse", "min")
+    assert (shipped.sensor.registry.primary_metric, shipped.sensor.registry.mode) == ("pr_auc", "max")
+    chosen = load_params(write(tmp_path, {"molecule": {"data": {"task": "classification"},
+                                                        "registry": {"model_name": "bbb", "primary_metric": "roc_auc"}}}))
+    assert (chosen.molecule.registry.primary_metric, chosen.molecule.registry.mode) == ("roc_auc", "max")
+
+
+@pytest.mark.parametrize(("registry", "message"), [
+    ({"primary_metric": "rmse"}, "registry.primary_metric is 'rmse', which a classification model does not report"),
+    ({"primary_metric": "roc_auc", "mode": "min"}, "registry.mode is 'min', but a higher roc_auc is better"),
+])
+def test_a_gate_metric_the_task_cannot_judge_stops_at_load(tmp_path, registry, message):
+    with pytest.raises(ParamsError, match=message):
+        load_params(write(tmp_path, {"molecule": {"data": {"task": "classification"},
+                                                   "registry": {"model_name": "bbb", **registry}}}))
+
+
 def test_missing_and_malformed_files(tmp_path):
     with pytest.raises(ParamsError, match="file not found"):
         load_params(tmp_path / "absent.yaml")
