@@ -25,7 +25,8 @@ def main() -> None:
         sys.exit(1)
     # one process: this app; several: each worker builds its own from the same environment
     uvicorn.run(app if settings.workers == 1 else "serving.app:create_app", factory=settings.workers > 1,
-                workers=settings.workers, host=settings.host, port=settings.port, loop="uvloop", http="httptools",
+                workers=settings.workers, host=settings.host, port=settings.port, loop="uvloop",
+                http="serving.http_protocol:DeadlineProtocol",
                 access_log=False, log_level="info", timeout_graceful_shutdown=settings.shutdown_timeout_s)
     # The app has shut down (featurisation workers included). Tearing down the interpreter's heap of
     # MLflow, pandas and RDKit objects takes seconds on a busy machine and has nothing left to do.

@@ -46,6 +46,9 @@ class ServingSettings(BaseSettings):
                                  "not drawn")
     depict_workers: int = Field(1, ge=1, description="processes drawing molecules: at most this many drawings at once")
     request_timeout_s: float = Field(30.0, gt=0, description="a prediction not answered by then gets 504")
+    request_read_timeout_s: float = Field(30.0, gt=0, description="a request whose headers and body have not all "
+                                          "arrived by then (from its first byte, or from connecting) gets 408 and "
+                                          "its connection is closed")
     batch_max_items: int = Field(512, ge=1, description="items per model call at most")
     batch_max_bytes: int = Field(2 * 2**20, ge=1, description="input bytes per model call at most (one item always)")
     batch_share: int = Field(32, ge=1, description="items one request adds to a model call per round-robin turn")
