@@ -16,6 +16,9 @@ Tables (one row per item, not per request):
   (the request's model call, queueing and featurisation included) and failed (whether that call raised): what the
   rollout judge reads for the service SLOs. Both are null in rows written before them.
 - `outcomes`: prediction_id, family, observed (label 0/1 or value), received_at (UTC).
+- `rejected_predictions`: rows the store refused (a value its driver cannot write), set aside by the writer with
+  rejected_at (UTC), the reason, and the row as ASCII JSON (any text escaped), so one bad row never takes its
+  batch down.
 
 Both sides find the store the same way (`resolve_url`): SERVING_PREDICTION_STORE when set, else DEFAULT_URL, a
 relative SQLite path made absolute under the params file's folder. The functions below are the only way either
@@ -25,6 +28,7 @@ side reads or writes it.
 from __future__ import annotations
 
 import datetime
+import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -32,8 +36,8 @@ from typing import TypedDict
 
 import numpy as np
 import orjson
-from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, MetaData, String, Table, and_, create_engine,
-                        delete, event, func, inspect, select, text, tuple_)
+from sqlalchemy import (JSON, Boolean, Column, DateTime, Float, Index, Integer, MetaData, String, Table, Text, and_,
+                        create_engine, delete, event, func, inspect, select, text, tuple_)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DatabaseError, IntegrityError
@@ -80,6 +84,15 @@ outcomes = Table(
     Column("observed", Float, nullable=False),
     Column("received_at", DateTime(timezone=True), nullable=False),
     Index("outcomes_family_received", "family", "received_at"),
+)
+
+REASON_CHARS = 500
+rejected = Table(
+    "rejected_predictions", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rejected_at", DateTime(timezone=True), nullable=False),
+    Column("reason", String(REASON_CHARS), nullable=False),
+    Column("row", Text, nullable=False),
 )
 
 
@@ -221,6 +234,25 @@ def insert_predictions(engine: Engine, rows: Sequence[PredictionRow]) -> None:
         values = [tuple(value if process is None or value is None else process(value)
                         for name, process in processors for value in (row.get(name),)) for row in rows]
         connection.exec_driver_sql(_SQLITE_INSERT, values)
+
+
+def set_aside(engine: Engine, refused: Sequence[tuple[Mapping | str, str]]) -> None:
+    """Keep (row, reason) pairs the store refused in `rejected_predictions`; a row is written as ASCII JSON (its
+    text escaped, values JSON cannot hold as their repr), which any store accepts."""
+    if not refused:
+        return
+    now = utc_now()
+    values = [{"rejected_at": now, "reason": reason[:REASON_CHARS],
+               "row": json.dumps(row, ensure_ascii=True, default=repr, sort_keys=True)} for row, reason in refused]
+    with engine.begin() as connection:
+        connection.execute(rejected.insert(), values)
+
+
+def read_rejected(engine: Engine) -> list[dict]:
+    """The rows set aside, oldest first: {rejected_at, reason, row (the JSON text)}."""
+    query = select(rejected.c.rejected_at, rejected.c.reason, rejected.c.row).order_by(rejected.c.id)
+    with engine.connect() as connection:
+        return [{"rejected_at": _utc(r.rejected_at), "reason": r.reason, "row": r.row} for r in connection.execute(query)]
 
 
 def find_predictions(engine: Engine, ids: Iterable[str]) -> dict[str, dict]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from contract.lifetime import child_dies_with_parent
 from flows._environment import workspace
 
 
@@ -36,12 +37,13 @@ def run_dvc(*args: str, log: Callable[[str], None] | None = None, env: dict[str,
     """
     command, env = _command(args, env)
     if log is None:
-        returncode, tail = subprocess.run(command, cwd=workspace(), env=env).returncode, []
+        returncode = subprocess.run(command, cwd=workspace(), env=env, preexec_fn=child_dies_with_parent).returncode
+        tail = []
     else:
         env["TQDM_DISABLE"] = "1"
         tail = deque(maxlen=15)
         with subprocess.Popen(command, cwd=workspace(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1) as process:
+                              text=True, bufsize=1, preexec_fn=child_dies_with_parent) as process:
             for line in process.stdout:
                 line = line.rstrip()
                 tail.append(line)

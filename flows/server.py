@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from contract.lifetime import child_dies_with_parent
 from flows._environment import workspace
 
 
@@ -52,7 +53,7 @@ def start_prefect_server(port: int | None = None, ui: bool = False,
     with open(log, "ab") as sink:
         # its own session: Ctrl-C reaches the caller, which stops the server after what uses it
         process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=workspace(),
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=child_dies_with_parent)
     try:
         wait_healthy(url, process, timeout, log)
     except BaseException:

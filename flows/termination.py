@@ -4,7 +4,9 @@ Python runs signal handlers (Prefect's flow engine installs one for SIGTERM) onl
 between bytecodes. RDKit holds the GIL for a whole call (a Bemis-Murcko scaffold of a 2,000-atom chain runs
 12-28 s in one call), so a handler, Prefect's or ours, waits until that call returns. The stage therefore runs
 in a forked child in its own process group, while this process only waits: it gets each signal at once, passes
-it on, and kills the group if it is still there after STOP_GRACE_S.
+it on, and kills the group if it is still there after STOP_GRACE_S. A watcher process kills the group when the
+waiting process ends by SIGKILL, and the waiting process stops the stage when whatever started it ends: a pipeline
+killed outright leaves no stage running.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import os
 import signal
 import sys
 import time
+
+from contract.lifetime import die_with_parent
 
 STOP_GRACE_S = 3.0
 """Seconds the stage gets to stop on its own (Prefect marks the run crashed) before the group is killed."""
@@ -49,6 +53,7 @@ def run_stoppable() -> None:
         os._exit(128 + signum)
 
     defaults = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    die_with_parent()  # what started this process (dvc, the pipeline) ends: SIGTERM, which stops the stage
     sys.stdout.flush()
     sys.stderr.flush()
     child = os.fork()
@@ -61,12 +66,30 @@ def run_stoppable() -> None:
         os.setpgid(child, child)  # both sides set it, so a signal right after the fork finds the group
     except (PermissionError, ProcessLookupError):
         pass
+    _guard(child)
     _, status = os.waitpid(child, 0)
     # what the stage left in its group ends with it: Prefect's temporary API server (its exit handler never runs,
     # end_child skips them) went on running after every stage run outside a pipeline run, e.g. by `dvc repro`
     _signal_group(child, signal.SIGTERM)
     code = os.waitstatus_to_exitcode(status)
     os._exit(code if code >= 0 else 128 - code)
+
+
+def _guard(group: int) -> None:
+    """Fork a watcher that kills process group `group` (the stage and its helpers) when this process ends in any
+    way, SIGKILL included: it sleeps until its parent-death signal, then kills the group and exits."""
+    if os.fork() != 0:
+        return
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the waiting process, which stops the stage
+
+    def parent_ended(*_) -> None:
+        _signal_group(group, signal.SIGKILL)
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, parent_ended)
+    die_with_parent()
+    while True:
+        signal.pause()
 
 
 def _running(pid: int) -> bool:

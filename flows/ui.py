@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from contract.lifetime import child_dies_with_parent
 from flows.family import FAMILIES
 from flows.params import DEFAULT_PARAMS, load_params
 from flows.server import prefect_server
@@ -28,7 +29,7 @@ PREFECT_PORT, MLFLOW_PORT = 4200, 5000
 def child(command: list[str], env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """A child process in its own session (the terminal's Ctrl-C reaches only this process, which stops
     the children in order); on exit: SIGINT, then SIGTERM, then SIGKILL, each after a grace period."""
-    process = subprocess.Popen(command, env=env, start_new_session=True)
+    process = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=child_dies_with_parent)
     try:
         yield process
     finally:

@@ -24,7 +24,7 @@ def main() -> None:
         print(f"error: {error}", file=sys.stderr)
         sys.exit(1)
     # one process: this app; several: each worker builds its own from the same environment
-    uvicorn.run(app if settings.workers == 1 else "serving.app:create_app", factory=settings.workers > 1,
+    uvicorn.run(app if settings.workers == 1 else "serving.app:create_worker_app", factory=settings.workers > 1,
                 workers=settings.workers, host=settings.host, port=settings.port, loop="uvloop",
                 http="serving.http_protocol:DeadlineProtocol",
                 access_log=False, log_level="info", timeout_graceful_shutdown=settings.shutdown_timeout_s)

@@ -22,6 +22,7 @@ from fastapi_offline import FastAPIOffline
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
+from contract.lifetime import die_with_parent
 from contract.registry import CHALLENGER, CHAMPION, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
@@ -169,6 +170,13 @@ class Service:
         gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
 
 
+def create_worker_app() -> FastAPI:
+    """One of SERVING_WORKERS processes' app, from the environment; the worker ends when the service's main process
+    does (killed outright too), so that none is left holding the port."""
+    die_with_parent()
+    return create_app()
+
+
 def create_app(settings: ServingSettings | None = None, store: ServedModels | None = None) -> FastAPI:
     settings = settings or ServingSettings()
     set_intra_op_threads(settings.intra_op_threads, settings.intra_op_spinning)
@@ -257,7 +265,7 @@ def _service_router(service: Service) -> APIRouter:
     async def ready() -> JSONResponse:
         """200 once every family's model is loaded, 503 before (with what is missing)."""
         body = {"ready": store.ready, "models": {f: m.version for f, m in store.models.items()},
-                "problems": store.problems}
+                "problems": store.problems, "prediction_log": service.log.state}
         return JSONResponse(body, status_code=200 if store.ready else 503)
 
     @router.get("/metrics", tags=["service"], response_class=Response,

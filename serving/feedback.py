@@ -5,11 +5,16 @@ regression model) or, for sensor windows sent with `units` and `times`, by `unit
 1, applied to every prediction of that unit at that time). One outcome per prediction: the same one sent again
 is kept once, a different one replaces it and the answer says so. An unknown prediction is reported in its
 item, not as an error; a label a classifier cannot have is a 422 naming the item, and nothing is stored.
+
+A prediction made in the last FLUSH_TIMEOUT_S may still wait for the store, in this worker's queue or another's:
+feedback flushes its own and waits up to FLUSH_TIMEOUT_S from the prediction's time (its id says when) for the
+others. While the store cannot be written (the log retries it), feedback answers 503: retry later.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, HTTPException
@@ -19,10 +24,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from contract.prediction_store import find_predictions, find_unit_times, record_outcomes, task_of
 from serving.errors import BODY_ERRORS, error_responses
 from serving.inputs import BadInput, check_count
-from serving.prediction_log import PredictionLog
+from serving.prediction_log import PredictionLog, made_at_ms
 from serving.schemas import Time, Unit
 
 FLUSH_TIMEOUT_S = 2.0  # how long feedback waits for predictions still queued for the store
+POLL_S = 0.05  # how often it looks for predictions queued by other workers
 
 Observed = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
@@ -113,6 +119,20 @@ def apply_feedback(engine, outcomes: list[Outcome]) -> FeedbackResponse:
     return FeedbackResponse(**count, items=items)
 
 
+async def _wait_for_recent(engine, ids: list[str]) -> None:
+    """Until each of `ids` made in the last FLUSH_TIMEOUT_S (by any worker: its id says when) is in the store, or
+    FLUSH_TIMEOUT_S from its time has passed; never longer than FLUSH_TIMEOUT_S."""
+    now_ms = time.time() * 1000
+    deadline_ms = {key: made + FLUSH_TIMEOUT_S * 1000 for key in ids
+                   if (made := made_at_ms(key)) is not None and now_ms - FLUSH_TIMEOUT_S * 1000 < made <= now_ms}
+    while deadline_ms:
+        found = await asyncio.to_thread(find_predictions, engine, set(deadline_ms))
+        now_ms = time.time() * 1000
+        deadline_ms = {key: until for key, until in deadline_ms.items() if key not in found and until > now_ms}
+        if deadline_ms:
+            await asyncio.sleep(POLL_S)
+
+
 def feedback_router(prediction_log: PredictionLog, max_items: int) -> APIRouter:
     """The /feedback route (mounted under /v1, behind its API key)."""
     router = APIRouter()
@@ -126,9 +146,13 @@ def feedback_router(prediction_log: PredictionLog, max_items: int) -> APIRouter:
         writer = prediction_log.writer
         if writer is None:
             raise HTTPException(404, "the prediction log is off (SERVING_PREDICTION_LOG=false): no feedback is taken")
+        if writer.failing is not None:
+            raise HTTPException(503, f"the prediction log cannot write to the store now ({writer.failing}): recent "
+                                     "predictions are not there yet; retry later", headers={"Retry-After": "5"})
         try:
             await asyncio.to_thread(writer.flush, FLUSH_TIMEOUT_S)  # predictions answered just now are findable
             await asyncio.to_thread(writer.ensure_tables)
+            await _wait_for_recent(writer.engine, [o.prediction_id for o in body.outcomes if o.prediction_id])
             return await asyncio.to_thread(apply_feedback, writer.engine, body.outcomes)
         except (SQLAlchemyError, OSError) as error:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]

@@ -9,11 +9,12 @@ and pickled it holds no objects for the garbage collector to walk while it waits
 writer's acknowledgements into metrics and log lines.
 
 A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes),
-so one transaction carries many predictions. A full queue drops the new rows; a store that cannot be written
-drops the batch; a writer process that ends drops the batches it held and is started again (at most once per
-RESTART_PAUSE_S); all are counted by reason (`serving_prediction_log_dropped_rows_total`), and each kind of store
-failure is logged once until the store is written again. Callers only ever take a lock held for a few list
-operations.
+so one transaction carries many predictions. A store that cannot be written is retried by the writer with back-off
+(`failing` says why meanwhile, and the log resumes by itself); rows the store refuses are set aside in the store's
+`rejected_predictions` (`serving_prediction_log_rejected_rows_total`). A full queue drops the new rows; a writer
+process that ends drops the batches it held and is started again (at most once per RESTART_PAUSE_S); both are
+counted by reason (`serving_prediction_log_dropped_rows_total`), and each kind of store failure is logged once
+until the store is written again. Callers only ever take a lock held for a few list operations.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ class StoreWriter:
         self._condition = threading.Condition()
         self._closing = False
         self._tables_ready = False
+        self.failing: str | None = None  # why the store cannot be written now (the writer retries it meanwhile)
         # per writer process (numbered): the (records, rows) of each batch it holds, until it acknowledges them
         self._generation = 0
         self._in_flight: dict[int, deque[tuple[int, int]]] = {}
@@ -85,6 +87,7 @@ class StoreWriter:
         self._connection: Connection | None = None
         self._sender = threading.Thread(target=self._send, name="prediction-log-sender", daemon=True)
         metrics.log_queue_rows.set_function(lambda: self._queued_rows)
+        metrics.log_failing.set_function(lambda: self.failing is not None)
 
     def submit(self, record: Record) -> bool:
         """Queue `record`, pickled at once; False (its rows dropped and counted) when the queue is full or closing.
@@ -236,16 +239,19 @@ class StoreWriter:
             for level, message in ack.logs:
                 log.log(level, "prediction log: %s", message)
             self.metrics.log_written_rows.inc(ack.written)
+            self.metrics.log_rejected_rows.inc(ack.rejected)
             self.metrics.log_pruned_rows.inc(ack.pruned)
+            if ack.failing is not None:
+                self.failing = ack.failing or None
             if ack.written:
                 self._tables_ready = True
-            if ack.batch:  # the oldest batch it holds is done: what it did not write is lost
+            if ack.batch:  # the oldest batch it holds is done: what it neither wrote nor set aside is lost
                 with self._condition:
                     held = self._in_flight.get(generation)
                     records, rows = held.popleft() if held else (0, 0)
                     self._settle(records, rows)
-                if rows > ack.written:
-                    self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written)
+                if rows > ack.written + ack.rejected:
+                    self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written - ack.rejected)
 
     def _settle(self, records: int, rows: int) -> None:
         """Records of `rows` rows left the writer's hands (written or dropped). Called under the lock."""

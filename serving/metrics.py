@@ -32,7 +32,12 @@ class ServiceMetrics:
         self.log_written_rows = Counter("serving_prediction_log_written_rows", "prediction rows written to the store",
                                         registry=self.registry)
         self.log_dropped_rows = Counter("serving_prediction_log_dropped_rows", "prediction rows not written, by reason "
-                                        "(queue_full, store_error, shutdown)", ["reason"], registry=self.registry)
+                                        "(queue_full, store_error, writer_exited, shutdown)", ["reason"],
+                                        registry=self.registry)
+        self.log_rejected_rows = Counter("serving_prediction_log_rejected_rows", "prediction rows the store refused, "
+                                         "set aside in its rejected_predictions table", registry=self.registry)
+        self.log_failing = Gauge("serving_prediction_log_failing", "1 while the prediction store cannot be written "
+                                 "(the writer retries it)", registry=self.registry)
         # each role's model calls (serving.rollout): champion, challenger (canary), shadow
         self.model_requests = Counter("serving_model_requests", "prediction requests, by the role of the model "
                                       "called", ["family", "role"], registry=self.registry)

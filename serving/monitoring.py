@@ -81,7 +81,7 @@ class Monitor:
     def answer(self) -> dict:
         """MonitoringAnswer's fields: the last computed figures."""
         return {"families": self._families, "every_s": self.settings.monitor_seconds,
-                "min_items": self.settings.monitor_min_items}
+                "min_items": self.settings.monitor_min_items, "prediction_log": self.prediction_log.state}
 
     async def run(self) -> None:
         """Recompute the figures now and every SERVING_MONITOR_SECONDS (a failure is logged; the next round tries

@@ -47,6 +47,14 @@ def _new_ids(count: int) -> list[str]:
     return [stamp + random[20 * i:20 * (i + 1)] for i in range(count)]
 
 
+def made_at_ms(prediction_id: str) -> int | None:
+    """When the prediction of `prediction_id` was made (Unix milliseconds), or None for an id not made here."""
+    stamp = prediction_id[:12]
+    if len(prediction_id) != 32 or not all(c in "0123456789abcdef" for c in prediction_id):
+        return None
+    return int(stamp, 16)
+
+
 def new_request_id() -> str:
     return _new_ids(1)[0]
 
@@ -98,6 +106,13 @@ class PredictionLog:
             _identify(answers, logged)
             self.writer.submit(family.log_record(_logged(items, logged), [answers[i] for i in logged], model,
                                                  _answered(model, call)))
+
+    @property
+    def state(self) -> str:
+        """`ok`, `off` (SERVING_PREDICTION_LOG=false), or why the store cannot be written now (the rows wait)."""
+        if self.writer is None:
+            return "off"
+        return "ok" if self.writer.failing is None else f"the store cannot be written, retrying: {self.writer.failing}"
 
     def start(self) -> None:
         if self.writer is not None:

@@ -60,10 +60,15 @@ class ModelsAnswer(BaseModel):
     rollout: RolloutInfo
 
 
+LOG_STATE = ("`ok`, `off` (SERVING_PREDICTION_LOG=false), or why the prediction store cannot be written now "
+             "(answers go on; their rows wait in the log's queue while it retries)")
+
+
 class Readiness(BaseModel):
     ready: bool
     models: dict[str, str] = Field(description="family -> version being served")
     problems: dict[str, str]
+    prediction_log: str = Field(description=LOG_STATE)
 
 
 class ReloadRequest(BaseModel):
@@ -137,3 +142,4 @@ class MonitoringAnswer(BaseModel):
     families: dict[str, FamilyMonitoring] = Field(description="per family; empty until the first computation")
     every_s: float = Field(description="how often the figures are recomputed (SERVING_MONITOR_SECONDS)")
     min_items: int = Field(description="fewer recent inputs or outcomes raise no alarm (SERVING_MONITOR_MIN_ITEMS)")
+    prediction_log: str = Field(description=LOG_STATE)

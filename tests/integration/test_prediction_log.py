@@ -5,13 +5,16 @@ validation, a store that cannot be written, the log switched off, and the API ke
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from contract.prediction_store import connect, read_outcomes, read_predictions
+from contract.prediction_store import connect, insert_predictions, read_outcomes, read_predictions, utc_now
 from serving.app import create_app
+from serving.prediction_log import _new_ids
 from serving.settings import ServingSettings
 from tests.integration.test_serving import LIMITS, models, registry, store, wait_ready, window_json  # noqa: F401
 from tests.integration.test_serving_registry import CHANNELS, MOLECULE_NAME, SENSOR_NAME
@@ -69,11 +72,11 @@ def test_every_answer_has_its_own_id_and_its_row_in_the_store(client, store_url,
     assert "prediction_id" not in broken and ethanol["canonical_smiles"] == "CCO"
 
     rows = written(client, store_url)
-    for answer, window, unit, time in zip(answered, windows, ["pump-1", "pump-2", "pump-3"], [100.0, 100.0, 104.5]):
+    for answer, window, unit, at in zip(answered, windows, ["pump-1", "pump-2", "pump-3"], [100.0, 100.0, 104.5]):
         row = rows[answer["prediction_id"]]
         assert (row["family"], row["model_name"], row["model_version"], row["role"]) == (
             "sensor", SENSOR_NAME, "2", "champion")
-        assert (row["unit"], row["time"]) == (unit, time)
+        assert (row["unit"], row["time"]) == (unit, at)
         assert row["output"] == {k: v for k, v in answer.items() if k != "prediction_id"}
         as_sent = np.array(window_json(window), dtype=np.float32)  # (T, C)
         assert row["input_digest"] == hashlib.sha256(as_sent.tobytes()).hexdigest()
@@ -196,22 +199,51 @@ def test_the_log_shows_in_the_metrics(client, models):
     assert "serving_prediction_log_queue_rows 0.0" in text
 
 
-def test_a_store_that_cannot_be_written_leaves_the_answers_alone(store, models, tmp_path, caplog):
-    (tmp_path / "file").write_text("not a folder")
-    settings = ServingSettings(**LIMITS, prediction_store=f"sqlite:///{tmp_path / 'file' / 'p.db'}")
-    with TestClient(create_app(settings, store=store)) as broken:
+def test_a_store_that_cannot_be_written_leaves_the_answers_alone_and_the_log_resumes(store, models, tmp_path, caplog):
+    """While the store's folder is a file: answers as usual, /ready and /v1/monitoring say the log is failing,
+    feedback is a 503 to retry; once the folder can be made, every row is written without a restart."""
+    blocker = tmp_path / "store"
+    blocker.write_text("not a folder")
+    url = f"sqlite:///{blocker / 'p.db'}"
+    with TestClient(create_app(ServingSettings(**LIMITS, prediction_store=url), store=store)) as broken:
         wait_ready(broken)
-        for _ in range(3):
-            answered = sensor(broken, models.test_windows[:2])
-            assert all(p["prediction_id"] and 0 <= p["failure_probability"] <= 1 for p in answered)
-        assert broken.app.state.service.log.writer.flush(timeout_s=30)
-        text = broken.get("/metrics").text
-        assert 'serving_prediction_log_dropped_rows_total{reason="store_error"} 6.0' in text
+        answered = [p for _ in range(3) for p in sensor(broken, models.test_windows[:2])]
+        assert all(p["prediction_id"] and 0 <= p["failure_probability"] <= 1 for p in answered)
+        writer = broken.app.state.service.log.writer
+        deadline = time.monotonic() + 60
+        while writer.failing is None:
+            assert time.monotonic() < deadline, "the log never said the store is failing"
+            time.sleep(0.05)
+        ready = broken.get("/ready")
+        assert ready.status_code == 200 and ready.json()["prediction_log"].startswith("the store cannot be written")
+        assert broken.get("/v1/monitoring").json()["prediction_log"] == ready.json()["prediction_log"]
         refused = broken.post("/v1/feedback", json={"outcomes": [{"prediction_id": answered[0]["prediction_id"],
                                                                    "observed": 1}]})
-        assert refused.status_code == 503 and "prediction store cannot be used" in refused.json()["detail"]
+        assert refused.status_code == 503 and "retry" in refused.json()["detail"]
+        assert refused.headers["Retry-After"]
+        blocker.unlink()
+        blocker.mkdir()
+        assert writer.flush(timeout_s=60)
+        assert broken.get("/ready").json()["prediction_log"] == "ok"
+        assert feedback(broken, {"prediction_id": answered[0]["prediction_id"], "observed": 1})["accepted"] == 1
+        assert 'serving_prediction_log_dropped_rows_total{reason="store_error"}' not in broken.get("/metrics").text
+    assert {row["id"] for row in read_predictions(connect(url))} == {p["prediction_id"] for p in answered}
     warnings = [r for r in caplog.records if "cannot write to the prediction store" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_feedback_waits_for_a_prediction_another_worker_still_holds(client, store_url):
+    """A prediction made just now by another worker reaches the store a moment later: feedback sent at once finds
+    it (the id says when it was made), where an id of long ago is unknown at once."""
+    [fresh, old] = _new_ids(1) + [f"{0:012x}" + "0" * 20]
+    row = {"id": fresh, "created_at": utc_now(), "family": "sensor", "model_name": SENSOR_NAME, "model_version": "1",
+           "role": "champion", "request_id": fresh, "unit": None, "time": None, "input_digest": "0" * 64,
+           "input_summary": {}, "output": {"failure_probability": 0.5}}
+    other_worker = threading.Timer(0.5, insert_predictions, args=(connect(store_url), [row]))
+    other_worker.start()
+    answer = feedback(client, {"prediction_id": fresh, "observed": 1}, {"prediction_id": old, "observed": 0})
+    other_worker.join()
+    assert [item["status"] for item in answer["items"]] == ["accepted", "unknown"], answer
 
 
 def test_with_the_log_off_answers_carry_no_id_and_feedback_says_so(store, models, tmp_path):

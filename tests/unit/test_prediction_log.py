@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import logging
 import os
 import sqlite3
@@ -14,7 +15,8 @@ import time
 import numpy as np
 
 from contract.prediction_store import (connect, engine_for, find_unit_times, insert_predictions, prune, read_outcomes,
-                                       read_predictions, record_outcomes, resolve_url, utc_now, window_summaries)
+                                       read_predictions, read_rejected, record_outcomes, resolve_url, utc_now,
+                                       window_summaries)
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.log_rows import Answered, MoleculesRecord, WindowsRecord
@@ -164,20 +166,53 @@ def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
     assert metrics.registry.get_sample_value("serving_prediction_log_queue_rows") == 0
 
 
-def test_an_unwritable_store_warns_once_and_counts_the_drops(tmp_path, caplog):
-    (tmp_path / "file").write_text("not a folder")
+def test_a_store_that_cannot_be_written_is_retried_and_the_log_resumes_by_itself(tmp_path, caplog):
+    """The store's folder is a file: nothing can be written. The rows wait, the writer says why and warns once;
+    once the folder can be made, every row is written without a restart."""
+    blocker = tmp_path / "store"
+    blocker.write_text("not a folder")
     metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'file' / 'p.db'}"), rows_of, capacity_rows=100,
+    writer = StoreWriter(engine_for(f"sqlite:///{blocker / 'p.db'}"), rows_of, capacity_rows=100,
                          retention_days=30, max_rows=100, prune_every_s=3600, metrics=metrics)
     writer.start()
     with caplog.at_level(logging.WARNING, logger="serving"):
-        for i in range(3):
-            assert writer.submit(Rows(f"a{i}", f"b{i}"))
-            assert writer.flush(timeout_s=60)
+        assert writer.submit(Rows("a0", "b0"))
+        deadline = time.monotonic() + 60
+        while writer.failing is None:
+            assert time.monotonic() < deadline, "the writer never said the store is failing"
+            time.sleep(0.02)
+        assert metrics.registry.get_sample_value("serving_prediction_log_failing") == 1
+        assert not writer.flush(timeout_s=1)  # still waiting for the store
+        assert writer.submit(Rows("a1", "b1"))
+        blocker.unlink()
+        blocker.mkdir()
+        assert writer.flush(timeout_s=60)
         writer.stop(timeout_s=10)
-    assert dropped(metrics, "store_error") == 6
-    warnings = [r.getMessage() for r in caplog.records if "prediction log" in r.getMessage()]
-    assert len(warnings) == 1 and "cannot write to the prediction store" in warnings[0]
+    assert writer.failing is None and metrics.registry.get_sample_value("serving_prediction_log_failing") == 0
+    assert sorted(row["id"] for row in read_predictions(engine_for(f"sqlite:///{blocker / 'p.db'}"))) == [
+        "a0", "a1", "b0", "b1"]
+    assert dropped(metrics, "store_error") == 0
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "cannot write to the prediction store, retrying" in warnings[0], warnings
+
+
+def test_a_row_the_store_refuses_is_set_aside_and_the_rest_of_its_batch_written(tmp_path):
+    """A lone surrogate cannot be encoded for the database: that row is kept in rejected_predictions with the
+    reason, the rows beside it in the same batch are written."""
+    url = f"sqlite:///{tmp_path / 'p.db'}"
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=30, max_rows=100,
+                         prune_every_s=3600, metrics=metrics)
+    writer.start()
+    assert writer.submit(Rows("before", "bad\ud800", "after"))
+    assert writer.flush(timeout_s=60)
+    writer.stop(timeout_s=10)
+    engine = engine_for(url)
+    assert sorted(row["id"] for row in read_predictions(engine)) == ["after", "before"]
+    [rejected] = read_rejected(engine)
+    assert "UnicodeEncodeError" in rejected["reason"] and json.loads(rejected["row"])["id"] == "bad\ud800"
+    assert metrics.registry.get_sample_value("serving_prediction_log_rejected_rows_total") == 1
+    assert dropped(metrics, "store_error") == 0
 
 
 def test_the_writer_prunes_the_store_to_its_limits(tmp_path):

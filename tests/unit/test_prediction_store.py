@@ -89,5 +89,5 @@ def test_two_threads_creating_the_tables_of_a_new_store_at_once_both_succeed(tmp
         for thread in threads:
             thread.join()
         assert errors == []
-        assert set(inspect(engine).get_table_names()) == {"predictions", "outcomes"}
+        assert set(inspect(engine).get_table_names()) == {"predictions", "outcomes", "rejected_predictions"}
         assert {i["name"] for i in inspect(engine).get_indexes("predictions")} == {i.name for i in predictions.indexes}

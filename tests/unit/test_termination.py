@@ -71,3 +71,39 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_a_stage_whose_waiting_process_is_killed_outright_ends_with_its_helpers():
+    """SIGKILL of the waiting process (as `kill -9` of a pipeline's process group does): the forked stage, in its own
+    group, and the helpers it started end too instead of running on."""
+    process = _start("import os, subprocess, sys, time; from flows.termination import run_stoppable; run_stoppable(); "
+                     "helper = subprocess.Popen(['sleep', '60']); print(os.getpid(), helper.pid, flush=True); "
+                     "time.sleep(60)")
+    try:
+        stage, helper = map(int, process.stdout.readline().split())
+        process.kill()
+        process.wait(timeout=BOUND_S)
+        deadline = time.monotonic() + BOUND_S
+        while (_alive(stage) or _alive(helper)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(stage) and not _alive(helper)
+    finally:
+        process.kill()
+
+
+def test_a_stage_ends_when_what_started_it_is_killed_outright():
+    """The waiting process's parent (dvc, the pipeline) gets SIGKILL: the stage is stopped as by SIGTERM."""
+    starter = _start("import subprocess, sys; from tests.unit.test_termination import _start; "
+                     "stage = _start('import os, time; from flows.termination import run_stoppable; run_stoppable(); "
+                     "print(os.getpid(), flush=True); time.sleep(60)'); "
+                     "print(stage.pid, stage.stdout.readline().strip(), flush=True); import time; time.sleep(60)")
+    try:
+        waiting, stage = map(int, starter.stdout.readline().split())
+        starter.kill()
+        starter.wait(timeout=BOUND_S)
+        deadline = time.monotonic() + BOUND_S
+        while (_alive(waiting) or _alive(stage)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(waiting) and not _alive(stage)
+    finally:
+        starter.kill()
