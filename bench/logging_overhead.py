@@ -47,6 +47,7 @@ from serving.families.sensor import SensorItems  # noqa: E402
 from serving.family import family_class  # noqa: E402
 from serving.loading import LoadedModel  # noqa: E402
 from serving.log_rows import rows_of  # noqa: E402
+from serving.journal import Journal  # noqa: E402
 from serving.log_writer import LINGER_S, StoreWriter  # noqa: E402
 from serving.metrics import ServiceMetrics  # noqa: E402
 from serving.prediction_log import PredictionLog  # noqa: E402
@@ -125,7 +126,8 @@ def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
     card = ModelCard.model_construct(family=model["family"], channels=model.get("channels"))
     served = LoadedModel(model["family"], model["name"], model["version"], model["alias"], "", card, None)
     writer = StoreWriter(engine_for(f"sqlite:///{scratch}/{model['family']}-cpu.db"), rows_of, capacity_rows=10 * GROUP,
-                         retention_days=1, max_rows=10 * count, prune_every_s=3600, metrics=ServiceMetrics())
+                         retention_days=1, max_rows=10 * count, prune_every_s=3600, metrics=ServiceMetrics(),
+                         journal=Journal(Path(scratch) / f"{model['family']}-cpu.journal", "bench"))
     log = PredictionLog(writer)
     log.start()
     payloads = bodies(model)
@@ -134,14 +136,18 @@ def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
     family = family_class(model["family"])(ServingSettings(prediction_store=f"sqlite:///{scratch}/units.db"),
                                            ServiceMetrics())
 
+    loop = asyncio.new_event_loop()
+
     def record(i: int) -> None:
+        """One prediction's record, waited for until it is in the journal (as an answer waits)."""
         if model["family"] == "sensor":
             answers = [{"failure_probability": 0.25, "alert": False, "uncertainty": 0.01}]
-            log.record(family, SensorItems(windows[i % len(windows)], [f"unit-{i % 8}"], [float(i)]), answers, served)
+            items = SensorItems(windows[i % len(windows)], [f"unit-{i % 8}"], [float(i)])
+            loop.run_until_complete(log.record(family, items, answers, served))
         else:
             smiles = payloads[i % len(payloads)]["smiles"][0]
-            log.record(family, [smiles], [{"smiles": smiles, "canonical_smiles": smiles, "value": 1.0,
-                                           "uncertainty": 0.1}], served)
+            loop.run_until_complete(log.record(family, [smiles], [{"smiles": smiles, "canonical_smiles": smiles,
+                                                                   "value": 1.0, "uncertainty": 0.1}], served))
 
     record(-1)
     writer.flush(timeout_s=60)  # the writer process has started and written once
@@ -154,6 +160,7 @@ def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
     writer.flush(timeout_s=60)
     used = time.process_time() - start + sum(writer_process.cpu_times()[:2]) - writer_start
     log.stop(timeout_s=30)
+    loop.close()
     return 1000 * used / count
 
 

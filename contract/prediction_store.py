@@ -74,7 +74,7 @@ predictions = Table(
 )
 ADDED_COLUMNS = ("latency_ms", "failed")  # nullable columns added after the first release: added to older stores
 
-_SQLITE_INSERT = (f"INSERT INTO predictions ({', '.join(c.name for c in predictions.columns)}) "
+_SQLITE_INSERT = (f"INSERT OR IGNORE INTO predictions ({', '.join(c.name for c in predictions.columns)}) "
                   f"VALUES ({', '.join('?' for _ in predictions.columns)})")
 
 outcomes = Table(
@@ -218,7 +218,8 @@ def task_of(family: str, output: Mapping) -> str:
 
 
 def insert_predictions(engine: Engine, rows: Sequence[PredictionRow]) -> None:
-    """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction.
+    """Write prediction rows (the `predictions` columns, all but unit and time required) in one transaction; a row
+    whose id is stored already is skipped (a journal replayed after a crash may hold rows written before it).
 
     On SQLite each row goes to the driver as a tuple of what the column types' own bind processors make of its
     values, the same values SQLAlchemy's insert would send without its per-row parameter handling (about half of
@@ -226,6 +227,9 @@ def insert_predictions(engine: Engine, rows: Sequence[PredictionRow]) -> None:
     if not rows:
         return
     with engine.begin() as connection:
+        if engine.dialect.name == "postgresql":
+            connection.execute(postgresql.insert(predictions).on_conflict_do_nothing(index_elements=["id"]), list(rows))
+            return
         if engine.dialect.name != "sqlite":
             connection.execute(predictions.insert(), list(rows))
             return

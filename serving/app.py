@@ -23,6 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from contract.lifetime import die_with_parent
+from contract.prediction_store import engine_for, resolve_url
 from contract.registry import CHALLENGER, CHAMPION, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
@@ -43,6 +44,7 @@ from serving.prediction_log import PredictionLog
 from serving.rollout import Rollout
 from serving.schemas import ModelsAnswer, Readiness
 from serving.settings import ServingSettings
+from serving.workers import CHECK_S, HEARTBEAT_S, WAIT_S, Workers
 from serving.served_models import ServedModels
 
 log = logging.getLogger("serving")
@@ -116,6 +118,9 @@ class Service:
         # each family's input figures and the outcome figures, computed in the background
         self.monitor = Monitor(store, settings, self.metrics, self.log, self.families)
         self.rollout = Rollout(settings, store, self.predictions, self.log, self.metrics)
+        # the other worker processes (and replicas) on the prediction store's database: reloads reach them all
+        self.workers: Workers | None = Workers(engine_for(
+            resolve_url(Path(settings.params_file).resolve().parent, settings.prediction_store)))
         self._tasks: list[asyncio.Task] = []
 
     def _served(self) -> set[int]:
@@ -143,8 +148,48 @@ class Service:
             await self._poll_once()
 
     async def reload(self) -> dict:
-        """serving.schemas.ReloadAnswer's fields."""
-        return {"changes": await self.refresh(), **self.models()}
+        """serving.schemas.ReloadAnswer's fields: this worker reloads at once, and every other live worker within
+        serving.workers.CHECK_S; the answer comes once they have (at most serving.workers.WAIT_S)."""
+        generation = await self._shared(self.workers.ask) if self.workers else None
+        changes = await self.refresh()
+        if generation is None:
+            return {"changes": changes, **self.models(), "workers": 1, "lagging": []}
+        self.workers.applied = max(self.workers.applied, generation)
+        await self._shared(self.workers.report, self.versions())
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while (lagging := await self._shared(self.workers.lagging, generation)) and \
+                asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(CHECK_S)
+        live = await self._shared(self.workers.live)
+        return {"changes": changes, **self.models(), "workers": (live or 1) - len(lagging or []),
+                "lagging": lagging or []}
+
+    def versions(self) -> dict[str, str]:
+        return {family: model.version for family, model in self.store.models.items()}
+
+    async def _shared(self, call: Callable, *args):
+        """`call(*args)` on the workers' table off the event loop; None (logged) when the database fails."""
+        try:
+            return await asyncio.to_thread(call, *args)
+        except Exception as error:
+            log.warning("workers: the prediction store's database cannot be used to agree with the other workers "
+                        "(%s)", str(error).splitlines()[0][:300] if str(error) else type(error).__name__)
+            return None
+
+    async def _follow_reloads(self) -> None:
+        """Reload when another worker was asked to; say every HEARTBEAT_S that this worker is alive."""
+        heartbeat = 0.0
+        while True:
+            generation = await self._shared(self.workers.generation)
+            if generation is not None and generation > self.workers.applied:
+                await self._poll_once()
+                self.workers.applied = generation
+                heartbeat = 0.0
+            now = asyncio.get_running_loop().time()
+            if now >= heartbeat:
+                await self._shared(self.workers.report, self.versions())
+                heartbeat = now + HEARTBEAT_S
+            await asyncio.sleep(CHECK_S)
 
     def models(self) -> dict:
         """serving.schemas.ModelsAnswer's fields."""
@@ -159,6 +204,10 @@ class Service:
         await self._poll_once()
         freeze_long_lived()  # after everything start-up made (cheap when the round has just frozen what it loaded)
         self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self.monitor.run())]
+        if await self._shared(self.workers.start) is None:
+            self.workers = None  # each worker follows the registry on its own
+        else:
+            self._tasks.append(asyncio.create_task(self._follow_reloads()))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -167,6 +216,8 @@ class Service:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.predictions.stop()
         await asyncio.to_thread(self.log.stop, self.settings.shutdown_timeout_s)
+        if self.workers is not None:
+            await self._shared(self.workers.leave)
         gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
 
 

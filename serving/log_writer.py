@@ -29,12 +29,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy.engine import Engine
 
 from contract.prediction_store import create_tables
+from serving.journal import Journal, Pending, Segment, orphaned, read_records
 from serving.log_process import Ack, Config, decode, encode
 
 if TYPE_CHECKING:
@@ -57,6 +59,18 @@ class Record(Protocol):
 RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> their rows (a module-level function)
 
 
+@dataclass(frozen=True)
+class Submitted:
+    """What became of a submitted record: queued for the store (true) or not (full or closing), and its way to
+    the journal (None without one)."""
+
+    queued: bool
+    pending: Pending | None
+
+    def __bool__(self) -> bool:
+        return self.queued
+
+
 class StoreWriter:
     """Hold records of at most `capacity_rows` rows in all (queued, in the socket or being written); write their
     rows (made by `build_rows`, a module-level function) to `engine`'s store from a writer process; every
@@ -65,12 +79,13 @@ class StoreWriter:
     the service's own reads."""
 
     def __init__(self, engine: Engine, build_rows: RowBuilder, *, capacity_rows: int, retention_days: float,
-                 max_rows: int, prune_every_s: float, metrics: ServiceMetrics):
-        self.engine, self.capacity_rows, self.metrics = engine, capacity_rows, metrics
+                 max_rows: int, prune_every_s: float, metrics: ServiceMetrics, journal: Journal | None = None):
+        self.engine, self.capacity_rows, self.metrics, self.journal = engine, capacity_rows, metrics, journal
         self._config = Config(engine.url.render_as_string(hide_password=False), retention_days, max_rows,
                               prune_every_s)
         self._build_rows = f"{build_rows.__module__}:{build_rows.__qualname__}"
-        self._queue: deque[tuple[bytes, int]] = deque()  # (pickled record, its rows)
+        # (pickled record, its rows, its way to the journal, or the orphaned segment it is replayed from)
+        self._queue: deque[tuple[bytes, int, Pending | None, Segment | None]] = deque()
         self._queued_rows = 0  # in the queue and in the writer process
         self._waiting_rows = 0  # in the queue
         self._first_queued_at = 0.0  # when the oldest record in the queue came
@@ -80,23 +95,29 @@ class StoreWriter:
         self._closing = False
         self._tables_ready = False
         self.failing: str | None = None  # why the store cannot be written now (the writer retries it meanwhile)
-        # per writer process (numbered): the (records, rows) of each batch it holds, until it acknowledges them
+        # per writer process (numbered): the (records, rows, journal segments) of each batch it holds, until it
+        # acknowledges them
         self._generation = 0
-        self._in_flight: dict[int, deque[tuple[int, int]]] = {}
+        self._in_flight: dict[int, deque[tuple[int, int, list[Segment]]]] = {}
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._sender = threading.Thread(target=self._send, name="prediction-log-sender", daemon=True)
         metrics.log_queue_rows.set_function(lambda: self._queued_rows)
         metrics.log_failing.set_function(lambda: self.failing is not None)
 
-    def submit(self, record: Record) -> bool:
-        """Queue `record`, pickled at once; False (its rows dropped and counted) when the queue is full or closing.
+    def submit(self, record: Record) -> Submitted:
+        """Queue `record`, pickled at once, and append it to the journal (the answer's wait); its rows are dropped
+        from memory and counted when the queue is full or closing (the journal keeps them for the next start).
         Pickled, a queued record holds no objects: records waiting for their batch used to survive into the garbage
         collector's oldest generation and made its full collections more frequent."""
-        queued = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL), len(record)
+        payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
+        pending = self.journal.append(payload, len(record)) if self.journal is not None else None
+        return Submitted(self._enqueue((payload, len(record), pending, None)), pending)
+
+    def _enqueue(self, queued: tuple[bytes, int, Pending | None, Segment | None]) -> bool:
         with self._condition:
             refused = "shutdown" if self._closing else "queue_full" if (
-                self._queued_rows + len(record) > self.capacity_rows) else None
+                self._queued_rows + queued[1] > self.capacity_rows) else None
             if refused is None:
                 if not self._queue:
                     self._first_queued_at = time.monotonic()
@@ -108,7 +129,7 @@ class StoreWriter:
                 if self._waiting_rows >= BATCH_ROWS:
                     self._condition.notify_all()
         if refused is not None:
-            self.metrics.log_dropped_rows.labels(refused).inc(len(record))
+            self.metrics.log_dropped_rows.labels(refused).inc(queued[1])
         return refused is None
 
     def flush(self, timeout_s: float) -> bool:
@@ -126,7 +147,17 @@ class StoreWriter:
             self._tables_ready = True
 
     def start(self) -> None:
-        """Start the writer process and the sender thread (records queue meanwhile)."""
+        """Start the journal, the writer process and the sender thread (records queue meanwhile); queue the records
+        of journal segments no live worker holds (a service stopped before they were written), to write them now."""
+        if self.journal is not None:
+            self.journal.start()
+            replayed = [(payload, rows, None, segment) for segment in orphaned(self.journal.folder)
+                        for payload, rows in read_records(segment)]
+            if replayed:
+                log.info("prediction log: writing %d rows a stopped worker left in the journal",
+                         sum(rows for _, rows, _, _ in replayed))
+            for queued in replayed:
+                self._enqueue(queued)
         self._start_writer()
         self._sender.start()
 
@@ -150,8 +181,11 @@ class StoreWriter:
             self._finished = self._accepted
             self._condition.notify_all()
         if left:
-            log.warning("prediction log: %d rows not written at shutdown", left)
+            log.warning("prediction log: %d rows not written at shutdown%s", left,
+                        "; the journal keeps them for the next start" if self.journal is not None else "")
             self.metrics.log_dropped_rows.labels("shutdown").inc(left)
+        if self.journal is not None:
+            self.journal.close()
         self.engine.dispose()
 
     def _start_writer(self) -> None:
@@ -178,9 +212,9 @@ class StoreWriter:
                     self._condition.wait(timeout=wait_s)
                 batch, rows = [], 0
                 while self._queue and (not batch or rows + self._queue[0][1] <= BATCH_ROWS):
-                    payload, count = self._queue.popleft()
-                    batch.append(payload)
-                    rows += count
+                    queued = self._queue.popleft()
+                    batch.append(queued)
+                    rows += queued[1]
                 self._waiting_rows -= rows
                 self._first_queued_at = time.monotonic()
                 self._hurry = self._hurry and bool(self._queue)
@@ -191,17 +225,17 @@ class StoreWriter:
                                 self._process.returncode)
                     self._start_writer()
                     restart_at = time.monotonic() + RESTART_PAUSE_S
-                self._send_batch(batch, rows)
+                self._send_batch([payload for payload, _, _, _ in batch], rows, _segments(batch))
             if done:
                 self._connection_send(b"")  # the writer finishes what it holds and ends
                 return
 
-    def _send_batch(self, batch: list[bytes], rows: int) -> None:
+    def _send_batch(self, batch: list[bytes], rows: int, segments: list[Segment]) -> None:
         payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)  # a list of pickled records
         with self._condition:
             held = self._in_flight.get(self._generation)
             if held is not None:
-                held.append((len(batch), rows))
+                held.append((len(batch), rows, segments))
             if held is None:  # the writer process has ended and is not started again yet
                 self._settle(len(batch), rows)
         if held is None:
@@ -230,8 +264,8 @@ class StoreWriter:
             except (EOFError, OSError):  # the writer process ended: what it held is lost
                 with self._condition:
                     held = self._in_flight.pop(generation, deque())
-                    rows = sum(count for _, count in held)
-                    self._settle(sum(count for count, _ in held), rows)
+                    rows = sum(count for _, count, _ in held)
+                    self._settle(sum(count for count, _, _ in held), rows)
                 if rows:
                     self.metrics.log_dropped_rows.labels("writer_exited").inc(rows)
                 connection.close()
@@ -248,8 +282,10 @@ class StoreWriter:
             if ack.batch:  # the oldest batch it holds is done: what it neither wrote nor set aside is lost
                 with self._condition:
                     held = self._in_flight.get(generation)
-                    records, rows = held.popleft() if held else (0, 0)
+                    records, rows, segments = held.popleft() if held else (0, 0, [])
                     self._settle(records, rows)
+                for segment in segments:  # in the store (or set aside): the journal need not keep them
+                    self.journal.settle(segment)
                 if rows > ack.written + ack.rejected:
                     self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written - ack.rejected)
 
@@ -259,3 +295,18 @@ class StoreWriter:
             self._queued_rows -= rows
             self._finished += records
             self._condition.notify_all()
+
+
+def _segments(batch: list[tuple[bytes, int, Pending | None, Segment | None]]) -> list[Segment]:
+    """The journal segment of each record of `batch` (waiting until it is on disk), where it has one."""
+    segments = []
+    for _, _, pending, replayed in batch:
+        if pending is not None:
+            try:
+                pending.durable.result()
+            except OSError:  # the journal could not write it: the store alone will have it
+                continue
+            segments.append(pending.segment)
+        elif replayed is not None:
+            segments.append(replayed)
+    return segments

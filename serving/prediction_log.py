@@ -12,8 +12,10 @@ failed), the call's latency and whether it failed.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,10 +23,11 @@ from pathlib import Path
 
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
-from contract.prediction_store import engine_for, resolve_url, utc_now
+from contract.prediction_store import SQLITE, engine_for, resolve_url, utc_now
 from serving.loading import LoadedModel
 from serving.family import ServedFamily
 from serving.log_rows import Answered, rows_of
+from serving.journal import Journal
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.settings import ServingSettings
@@ -45,6 +48,16 @@ def _new_ids(count: int) -> list[str]:
     stamp = f"{time.time_ns() // 1_000_000:012x}"
     random = os.urandom(10 * count).hex()
     return [stamp + random[20 * i:20 * (i + 1)] for i in range(count)]
+
+
+def journal_folder(settings: ServingSettings, store_url: str) -> Path:
+    """SERVING_PREDICTION_JOURNAL, else `<file>.journal/` beside a SQLite store, else `mlflow/journal/` beside the
+    params file."""
+    if settings.prediction_journal:
+        return Path(settings.prediction_journal)
+    if store_url.startswith(SQLITE) and store_url != SQLITE + ":memory:":
+        return Path(store_url[len(SQLITE):] + ".journal")
+    return Path(settings.params_file).resolve().parent / "mlflow" / "journal"
 
 
 def made_at_ms(prediction_id: str) -> int | None:
@@ -75,6 +88,7 @@ class PredictionLog:
 
     def __init__(self, writer: StoreWriter | None):
         self.writer = writer
+        self.journal_failing: str | None = None  # why the last record could not be journaled
 
     @classmethod
     def from_settings(cls, settings: ServingSettings, metrics: ServiceMetrics) -> "PredictionLog":
@@ -86,32 +100,46 @@ class PredictionLog:
             engine = engine_for(url)
         except (ArgumentError, NoSuchModuleError) as error:
             raise PredictionStoreError(f"SERVING_PREDICTION_STORE is not a usable database URL: {error}") from None
-        log.info("prediction log: writing to %s", engine.url.render_as_string(hide_password=True))
+        folder = journal_folder(settings, url)
+        log.info("prediction log: writing to %s, journal in %s", engine.url.render_as_string(hide_password=True),
+                 folder)
+        worker = f"{socket.gethostname()}-{os.getpid()}-{os.urandom(2).hex()}"
         return cls(StoreWriter(engine, rows_of, capacity_rows=settings.prediction_queue_rows,
                                retention_days=settings.prediction_retention_days,
-                               max_rows=settings.prediction_max_rows, prune_every_s=PRUNE_EVERY_S, metrics=metrics))
+                               max_rows=settings.prediction_max_rows, prune_every_s=PRUNE_EVERY_S, metrics=metrics,
+                               journal=Journal(folder, worker)))
 
     @property
     def enabled(self) -> bool:
         return self.writer is not None
 
-    def record(self, family: ServedFamily, items: Sequence, answers: list[dict], model: LoadedModel,
-               call: Call | None = None) -> None:
-        """Give each answer without an `error` a `prediction_id` (first key) and queue the family's record of them
-        (a failed call: the family's `failed_answers`)."""
+    async def record(self, family: ServedFamily, items: Sequence, answers: list[dict], model: LoadedModel,
+                     call: Call | None = None) -> None:
+        """Give each answer without an `error` a `prediction_id` (first key), queue the family's record of them
+        (a failed call: the family's `failed_answers`), and return once the record is in the journal."""
         if self.writer is None:
             return
         logged = [i for i, answer in enumerate(answers) if "error" not in answer]
-        if logged:
-            _identify(answers, logged)
-            self.writer.submit(family.log_record(_logged(items, logged), [answers[i] for i in logged], model,
-                                                 _answered(model, call)))
+        if not logged:
+            return
+        _identify(answers, logged)
+        pending = self.writer.submit(family.log_record(_logged(items, logged), [answers[i] for i in logged], model,
+                                                       _answered(model, call))).pending
+        if pending is not None:
+            try:
+                await asyncio.wrap_future(pending.durable)
+            except OSError as error:
+                self.journal_failing = f"{type(error).__name__}: {error}"[:300]
+            else:
+                self.journal_failing = None
 
     @property
     def state(self) -> str:
         """`ok`, `off` (SERVING_PREDICTION_LOG=false), or why the store cannot be written now (the rows wait)."""
         if self.writer is None:
             return "off"
+        if self.journal_failing is not None:
+            return f"the journal cannot be written (answers are not kept on disk first): {self.journal_failing}"
         return "ok" if self.writer.failing is None else f"the store cannot be written, retrying: {self.writer.failing}"
 
     def start(self) -> None:

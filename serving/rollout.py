@@ -109,12 +109,12 @@ class Rollout:
             latency = time.perf_counter() - start
             self.metrics.model_errors.labels(family.name, role).inc()
             self.metrics.model_latency.labels(family.name, role).observe(latency)
-            self.log.record(family, items, family.failed_answers(items), model,
+            await self.log.record(family, items, family.failed_answers(items), model,
                             Call(request_id, role, latency * 1000, failed=True))
             raise
         latency = time.perf_counter() - start
         self.metrics.model_latency.labels(family.name, role).observe(latency)
-        self.log.record(family, items, answers, model, Call(request_id, role, latency * 1000))
+        await self.log.record(family, items, answers, model, Call(request_id, role, latency * 1000))
         return answers, model
 
     def _shadow(self, family: ServedFamily, items: ShadowItems) -> None:
@@ -163,7 +163,8 @@ class Rollout:
         for w in waiting:
             self.metrics.model_latency.labels(family.name, SHADOW).observe(latency)
             part = family.failed_answers(w.items) if failed else answers[offset:offset + len(w.items)]
-            self.log.record(family, w.items, part, model, Call(w.request_id, SHADOW, latency * 1000, failed=failed))
+            await self.log.record(family, w.items, part, model, Call(w.request_id, SHADOW, latency * 1000,
+                                                                      failed=failed))
             offset += len(w.items)
 
     async def stop(self) -> None:

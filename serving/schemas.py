@@ -79,6 +79,8 @@ class ReloadRequest(BaseModel):
 
 class ReloadAnswer(ModelsAnswer):
     changes: dict[str, str] = Field(description="per family that changed or failed, what happened")
+    workers: int = Field(description="worker processes (of every replica on the same store) that have reloaded")
+    lagging: list[str] = Field(description="live workers (host:pid) that had not reloaded when the answer was given")
 
 
 class ChannelDrift(BaseModel):

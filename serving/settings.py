@@ -77,8 +77,11 @@ class ServingSettings(BaseSettings):
                                  "store and take feedback at /v1/feedback")
     prediction_store: str | None = Field(None, description="SQLAlchemy URL of the prediction store (SQLite or "
                                          "PostgreSQL); default: the contract's SQLite file beside the params file")
+    prediction_journal: str | None = Field(None, description="folder of the prediction log's write-ahead journal "
+                                           "(on local disk); default: `<file>.journal/` beside a SQLite store, else "
+                                           "`mlflow/journal/` beside the params file")
     prediction_queue_rows: int = Field(10_000, ge=1, description="prediction rows waiting to be written at most; "
-                                       "more are dropped and counted")
+                                       "more wait in the journal for the next start, and are counted")
     prediction_retention_days: float = Field(90.0, gt=0, description="older predictions and their outcomes are deleted")
     prediction_max_rows: int = Field(1_000_000, ge=1, description="the oldest predictions beyond this many are deleted")
     max_units: int = Field(10_000, ge=1, description="sensor units whose healthy windows (their "

@@ -1,6 +1,7 @@
-"""No process outlives what started it: a service killed outright (`kill -9` of its main process) takes its
-workers, their prediction log writers and featurisation processes along, and its port can be bound again; a
-Prefect server started by the pipeline ends with the pipeline's process."""
+"""One service, not N processes, and no process outliving what started it: a service killed outright (`kill -9` of
+its main process) takes its workers, their prediction log writers and featurisation processes along, and its port
+can be bound again; a Prefect server started by the pipeline ends with the pipeline's process; a reload asked of
+one worker reaches every worker."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ import time
 import httpx
 import psutil
 import pytest
+from mlflow import MlflowClient
 
+from contract.registry import CHAMPION
 from tests.conftest import PROJECT_ROOT
-from tests.integration.test_serving_registry import free_port, shared_registry
+from tests.integration.test_serving_registry import (SENSOR_NAME, build_registry, free_port, sensor_windows,
+                                                     shared_registry, tiny_models)
 
 pytestmark = pytest.mark.integration
 BOUND_S = 60  # a timeout for the test, not a speed check
@@ -80,3 +84,36 @@ def test_the_pipelines_prefect_server_ends_with_the_pipeline_killed_outright(tmp
         assert all_gone(family) == []
     finally:
         pipeline.kill()
+
+
+def test_a_reload_asked_of_one_worker_reaches_every_worker(tmp_path):
+    """Two workers, the registry polled hourly: after the champion moves and one worker is asked to reload, every
+    answer, whichever worker gives it, comes from the new version."""
+    registry = build_registry(tmp_path / "registry", tiny_models(tmp_path / "models"))
+    port, admin = free_port(), "admin-key"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
+           "SERVING_PORT": str(port), "SERVING_PREFER_CUDA": "false", "SERVING_WORKERS": "2",
+           "SERVING_FEATURIZE_WORKERS": "1", "SERVING_POLL_SECONDS": "3600", "SERVING_ADMIN_KEY": admin,
+           "SERVING_PREDICTION_STORE": f"sqlite:///{tmp_path / 'p.db'}"}
+    service = subprocess.Popen([sys.executable, "-m", "serving"], cwd=PROJECT_ROOT, env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    window = {"windows": [sensor_windows(1, seed=5)[0].T.tolist()]}
+
+    def versions(requests: int) -> set[str]:
+        """The versions that answered `requests` requests, each on a new connection (any worker may take it)."""
+        return {httpx.post(f"{url}/v1/sensor/predict", json=window, timeout=30).json()["model"]["version"]
+                for _ in range(requests)}
+
+    try:
+        wait_for(f"{url}/ready", service)
+        assert versions(10) == {"2"}
+        MlflowClient(registry.uri).set_registered_model_alias(SENSOR_NAME, CHAMPION, "1")
+        answer = httpx.post(f"{url}/v1/admin/reload", json={}, headers={"Authorization": f"Bearer {admin}"},
+                            timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert (answer.json()["workers"], answer.json()["lagging"]) == (2, []), answer.json()
+        assert versions(20) == {"1"}
+    finally:
+        service.terminate()
+        service.wait(timeout=BOUND_S)
