@@ -6,7 +6,7 @@ import math
 from typing import Any, Literal
 
 from prefect.client.schemas.schedules import CronSchedule
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from contract.registry import DEFAULT_SIGNING_KEY, DEFAULT_TRACKING_URI
 from data.config import StrictModel
@@ -59,6 +59,7 @@ class RegistryConfig(StrictModel):
                                        "task's own (classification pr_auc, regression rmse)")
     mode: Literal["max", "min"] | None = Field(None, description="max: a higher primary metric is better; null: the "
                                                "metric's own direction")
+    _task: str | None = PrivateAttr(None)  # the model's task, where the family's settings know it
     tolerance: float = Field(0.0, ge=0, description="a challenger may be this much worse and still be promoted")
     max_calibration_error: float = Field(0.1, gt=0, description="ECE (classification) or |coverage - nominal| (regression) bound")
     must_beat_baseline: bool = Field(True, description="the primary metric must be at least as good as the baseline's "
@@ -67,8 +68,8 @@ class RegistryConfig(StrictModel):
                                "constant predictor at the prior passes an ECE bound on a handful)")
 
     def for_task(self, task: str) -> RegistryConfig:
-        """This gate with its metric and direction filled in for a `task` model; ValueError naming the setting when
-        the metric is not one such a model reports, or the direction is the metric's wrong way."""
+        """This gate, judging a `task` model (the settings stay as written); ValueError naming the setting when the
+        metric is not one such a model reports, or the direction is the metric's wrong way."""
         metrics = GATE_METRICS[task]
         metric = self.primary_metric or TASK_METRIC[task]
         if metric not in metrics:
@@ -77,7 +78,20 @@ class RegistryConfig(StrictModel):
         if self.mode not in (None, metrics[metric]):
             raise ValueError(f"registry.mode is {self.mode!r}, but a {'higher' if metrics[metric] == 'max' else 'lower'}"
                              f" {metric} is better: set {metrics[metric]!r} or null")
-        return self.model_copy(update={"primary_metric": metric, "mode": metrics[metric]})
+        self._task = task
+        return self
+
+    @property
+    def metric(self) -> str:
+        """The metric versions are compared by: `primary_metric`, else the task's own."""
+        if self.primary_metric is None and self._task is None:
+            raise ValueError("registry.primary_metric is null and the gate does not know the model's task")
+        return self.primary_metric or TASK_METRIC[self._task]
+
+    @property
+    def direction(self) -> Literal["max", "min"]:
+        """`mode`, else the metric's own direction."""
+        return self.mode or next(metrics[self.metric] for metrics in GATE_METRICS.values() if self.metric in metrics)
 
 
 class SchedulesConfig(StrictModel):

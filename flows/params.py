@@ -65,7 +65,7 @@ class SensorParams(StrictModel):
 
     @model_validator(mode="after")
     def gate_for_the_task(self) -> SensorParams:
-        object.__setattr__(self, "registry", self.registry.for_task("classification"))  # no re-validation loop
+        self.registry.for_task("classification")
         return self
 
 
@@ -84,7 +84,7 @@ class MoleculeParams(StrictModel):
 
     @model_validator(mode="after")
     def gate_for_the_task(self) -> MoleculeParams:
-        object.__setattr__(self, "registry", self.registry.for_task(self.data.task))  # no re-validation loop
+        self.registry.for_task(self.data.task)
         return self
 
 

@@ -36,7 +36,7 @@ class Decision:
 
 
 def _at_least_as_good(cfg: RegistryConfig, value: float, other: float) -> bool:
-    return value >= other - cfg.tolerance if cfg.mode == "max" else value <= other + cfg.tolerance
+    return value >= other - cfg.tolerance if cfg.direction == "max" else value <= other + cfg.tolerance
 
 
 def decide(
@@ -49,7 +49,7 @@ def decide(
 
     baseline: the test metrics of the same run's baseline; with `cfg.must_beat_baseline` the primary metric must be
     at least as good as its. test_positives (classification): fewer than `cfg.min_positives` and nothing is judged."""
-    metric = cfg.primary_metric
+    metric = cfg.metric
     value = challenger.get(metric, float("nan"))
     reasons: list[str] = []
     promote = True

@@ -101,7 +101,7 @@ def decide(cfg: RolloutJudgeConfig, registry: RegistryConfig, champion: dict, ch
     if ours["calibration_error"] > theirs["calibration_error"] + cfg.max_calibration_loss:
         worse.append(f"calibration degrades: error {ours['calibration_error']:.4f} vs the champion's "
                      f"{theirs['calibration_error']:.4f} (allowed loss {cfg.max_calibration_loss})")
-    metric, sign = registry.primary_metric, 1 if registry.mode == "max" else -1
+    metric, sign = registry.metric, 1 if registry.direction == "max" else -1
     compared = [(metric, sign)] + ([("brier", -1)] if "brier" in ours else [])
     for name, direction in compared:
         value, best = ours.get(name, math.nan), theirs.get(name, math.nan)

@@ -94,13 +94,15 @@ def test_file_source_needs_a_path(tmp_path):
 def test_the_registry_gate_follows_the_task(tmp_path):
     """A classification molecule dataset is judged by PR-AUC, higher better; regression by RMSE, lower better."""
     classification = load_params(write(tmp_path, {"molecule": {"data": {"task": "classification"}}}))
-    assert (classification.molecule.registry.primary_metric, classification.molecule.registry.mode) == ("pr_auc", "max")
+    assert (classification.molecule.registry.metric, classification.molecule.registry.direction) == ("pr_auc", "max")
     shipped = load_params(PROJECT / "params.yaml")
-    assert (shipped.molecule.registry.primary_metric, shipped.molecule.registry.mode) == ("rmse", "min")
-    assert (shipped.sensor.registry.primary_metric, shipped.sensor.registry.mode) == ("pr_auc", "max")
+    assert (shipped.molecule.registry.metric, shipped.molecule.registry.direction) == ("rmse", "min")
+    assert (shipped.sensor.registry.metric, shipped.sensor.registry.direction) == ("pr_auc", "max")
+    assert shipped.molecule.registry.primary_metric is None  # as written: a task set later still chooses
     chosen = load_params(write(tmp_path, {"molecule": {"data": {"task": "classification"},
                                                         "registry": {"model_name": "bbb", "primary_metric": "roc_auc"}}}))
-    assert (chosen.molecule.registry.primary_metric, chosen.molecule.registry.mode) == ("roc_auc", "max")
+    assert (chosen.molecule.registry.metric, chosen.molecule.registry.direction) == ("roc_auc", "max")
+    assert with_overrides(shipped, {"molecule.data.task": "classification"}).molecule.registry.metric == "pr_auc"
 
 
 @pytest.mark.parametrize(("registry", "message"), [
