@@ -64,6 +64,14 @@ def test_a_helper_the_stage_leaves_running_ends_with_it():
     assert process.returncode == 0 and not _alive(helper)
 
 
+def _left_running(*pids: int) -> list[int]:
+    """Which of `pids` still run after waiting up to BOUND_S for them to end."""
+    deadline = time.monotonic() + BOUND_S
+    while any(map(_alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [pid for pid in pids if _alive(pid)]
+
+
 def _alive(pid: int) -> bool:
     """Whether `pid` runs (a zombie waiting for its parent to be reaped counts as ended)."""
     try:
@@ -83,10 +91,7 @@ def test_a_stage_whose_waiting_process_is_killed_outright_ends_with_its_helpers(
         stage, helper = map(int, process.stdout.readline().split())
         process.kill()
         process.wait(timeout=BOUND_S)
-        deadline = time.monotonic() + BOUND_S
-        while (_alive(stage) or _alive(helper)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(stage) and not _alive(helper)
+        assert _left_running(stage, helper) == []
     finally:
         process.kill()
 
@@ -101,9 +106,6 @@ def test_a_stage_ends_when_what_started_it_is_killed_outright():
         waiting, stage = map(int, starter.stdout.readline().split())
         starter.kill()
         starter.wait(timeout=BOUND_S)
-        deadline = time.monotonic() + BOUND_S
-        while (_alive(waiting) or _alive(stage)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not _alive(waiting) and not _alive(stage)
+        assert _left_running(waiting, stage) == []
     finally:
         starter.kill()
