@@ -23,7 +23,6 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ValidationError
 
 from contract.lifetime import die_with_parent
-from contract.prediction_store import engine_for, resolve_url
 from contract.registry import CHALLENGER, CHAMPION, RegistrySettings
 from models.onnx_runtime import set_intra_op_threads
 from serving.admin import admin_router
@@ -118,9 +117,9 @@ class Service:
         # each family's input figures and the outcome figures, computed in the background
         self.monitor = Monitor(store, settings, self.metrics, self.log, self.families)
         self.rollout = Rollout(settings, store, self.predictions, self.log, self.metrics)
-        # the other worker processes (and replicas) on the prediction store's database: reloads reach them all
-        self.workers: Workers | None = Workers(engine_for(
-            resolve_url(Path(settings.params_file).resolve().parent, settings.prediction_store)))
+        # the other worker processes (and replicas) on the prediction store's database: reloads reach them all (with
+        # the log off there is no store: each worker follows the registry alone)
+        self.workers = Workers(self.log.writer.engine) if self.log.writer is not None else None
         self._tasks: list[asyncio.Task] = []
 
     def _served(self) -> set[int]:
@@ -204,9 +203,9 @@ class Service:
         await self._poll_once()
         freeze_long_lived()  # after everything start-up made (cheap when the round has just frozen what it loaded)
         self._tasks = [asyncio.create_task(self._poll()), asyncio.create_task(self.monitor.run())]
-        if await self._shared(self.workers.start) is None:
+        if self.workers is not None and await self._shared(self.workers.start) is None:
             self.workers = None  # each worker follows the registry on its own
-        else:
+        if self.workers is not None:
             self._tasks.append(asyncio.create_task(self._follow_reloads()))
 
     async def stop(self) -> None:

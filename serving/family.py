@@ -128,11 +128,10 @@ class ServedFamily(ABC):
         """The prediction log's record (serving.log_rows) of the items' answers, each carrying its `prediction_id`
         (the items whose answer has an `error` are left out of both)."""
 
-    def observe(self, items: Any, answers: list[dict], model: LoadedModel) -> None:
-        """Keep what monitoring needs of an answered request (on the request path: no computation)."""
-
-    def input_report(self, model: LoadedModel) -> tuple[str, dict | None, str | None]:
-        """Monitoring of recent inputs: (key in the family's report, figures or None, a note or None)."""
+    def input_report(self, model: LoadedModel, rows: Sequence[dict]) -> tuple[str, dict | None, str | None]:
+        """Monitoring of recent inputs, from `rows`: the served version's last SERVING_MONITOR_DRIFT_WINDOW
+        predictions in the store (any worker's), oldest first, each with its `input_summary` and `output`.
+        (key in the family's report, figures or None, a note or None)."""
         return "inputs", None, None
 
     # ---- service parts

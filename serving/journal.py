@@ -1,15 +1,17 @@
-"""The prediction log's write-ahead journal: every record is on local disk (written and fsynced) before its answer
+"""The prediction log's write-ahead journal: every record is on local disk (written and synced) before its answer
 leaves, so a prediction a client was given is in the store or in the journal whatever happens to the service.
 
 Records go to segment files of this worker (`<worker>-<n>.journal`: frames of the pickled record's length and its
-number of rows, 4-byte little-endian each, then the record), written by one thread that syncs all records waiting at once (group commit: one fsync for
-many answers). A segment is deleted once each of its records is settled (written to the store or set aside); one
-whose records were not (a store down until shutdown, a full queue, a kill) stays, and the next worker to start
-replays it. Each worker holds an exclusive lock on its own segments, so a live worker's segments are never taken.
+number of rows, 4-byte little-endian each, then the record), written and synced in groups (group commit: one
+fdatasync for the answers of one turn of the event loop). A segment is deleted once each of its records is settled
+(written to the store or set aside); one whose records were not (a store down until shutdown, a full queue, a kill)
+stays, and the next worker to start replays it. Each worker holds an exclusive lock on its own segments, so a live
+worker's segments are never taken.
 """
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import fcntl
 import logging
@@ -42,46 +44,94 @@ class Segment:
 
 @dataclass
 class Pending:
-    """A record on its way to disk: `durable` is done once it is there, `segment` is where it went."""
+    """A record on its way to disk: `durable` is done once it is there (for threads), `synced` too (for the event
+    loop: one future shared by the records synced together), `segment` is where it went."""
 
     payload: bytes
     rows: int
     durable: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+    synced: asyncio.Future | None = None
     segment: Segment | None = None
 
 
 class Journal:
-    """Segments of `worker` in `folder`; `append` returns a future done once the record is on disk."""
+    """Segments of `worker` in `folder`. `append` on the event loop joins the group that the loop syncs as soon as
+    the current callback returns (one write and one fdatasync for all records appended meanwhile, on the loop's own
+    thread: no thread hand-off, which waited for the interpreter lock while the loop was busy); elsewhere it syncs
+    at once."""
 
     def __init__(self, folder: Path, worker: str, segment_bytes: int = SEGMENT_BYTES):
         self.folder, self.worker, self.segment_bytes = Path(folder), worker, segment_bytes
         self._sequence = 0
         self._current: Segment | None = None
         self._kept: list[Segment] = []  # closed segments with records not settled yet
-        self._pending: list[Pending] = []
-        self._condition = threading.Condition()
-        self._closing = False
-        self._thread = threading.Thread(target=self._sync, name="prediction-journal", daemon=True)
+        self._waiting: list[Pending] = []
+        self._group: asyncio.Future | None = None  # the event loop's next sync
+        self._lock = threading.Lock()
+        self._closed = False
 
-    def start(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        self._thread.start()
+    def problem(self) -> str | None:
+        """Why records cannot be journaled now (the folder cannot be made or written), or None."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            return f"{type(error).__name__}: {error}"[:300]
+        return None if os.access(self.folder, os.W_OK) else f"{self.folder} is not writable"
 
     def append(self, payload: bytes, rows: int) -> Pending:
-        """Queue `payload` (a pickled record of `rows` rows) for the next group sync; `.durable` is done once it is
-        on disk (an OSError in it when the disk refused), `.segment` is where it went."""
+        """Add `payload` (a pickled record of `rows` rows) to the next group sync."""
         pending = Pending(payload, rows)
-        with self._condition:
-            if self._closing:
+        with self._lock:
+            if self._closed:
                 pending.durable.set_exception(OSError("the journal is closed"))
                 return pending
-            self._pending.append(pending)
-            self._condition.notify()
+            self._waiting.append(pending)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop: sync now
+            self.sync()
+            return pending
+        if self._group is None or self._group.get_loop() is not loop:
+            self._group = loop.create_future()
+            loop.call_soon(self.sync)
+        pending.synced = self._group
         return pending
+
+    def sync(self) -> None:
+        """Write and sync every record waiting, and tell them."""
+        with self._lock:
+            group, self._waiting = self._waiting, []
+            synced, self._group = self._group, None
+            error = self._write(group) if group else None
+        for pending in group:
+            if error is None:
+                pending.durable.set_result(None)
+            else:
+                pending.durable.set_exception(error)
+        if synced is not None and not synced.done():
+            if error is None:
+                synced.set_result(None)
+            else:
+                synced.set_exception(error)
+
+    def _write(self, group: list[Pending]) -> OSError | None:
+        """Append `group` to the open segment and sync it; the error, if the disk refused. Called under the lock."""
+        try:
+            segment = self._segment()
+            os.write(segment.fd, b"".join(FRAME.pack(len(p.payload), p.rows) + p.payload for p in group))
+            os.fdatasync(segment.fd)
+        except OSError as error:
+            return error
+        segment.records += len(group)
+        for pending in group:
+            pending.segment = segment
+        if os.fstat(segment.fd).st_size >= self.segment_bytes:
+            self._close_current()
+        return None
 
     def settle(self, segment: Segment, count: int = 1) -> None:
         """`count` records of `segment` are in the store (or set aside): a closed segment all settled is deleted."""
-        with self._condition:
+        with self._lock:
             segment.settled += count
             if segment.done and segment.path.exists():
                 _remove(segment)
@@ -89,14 +139,11 @@ class Journal:
                     self._kept.remove(segment)
 
     def close(self) -> None:
-        """Sync what is queued and close the current segment; segments with records not settled are kept (and
+        """Sync what waits and close the current segment; segments with records not settled are kept (and
         unlocked) for the next start to replay."""
-        with self._condition:
-            self._closing = True
-            self._condition.notify()
-        if self._thread.is_alive():
-            self._thread.join()
-        with self._condition:
+        self.sync()
+        with self._lock:
+            self._closed = True
             if self._current is not None:
                 self._close_current()
             for segment in self._kept:
@@ -104,35 +151,10 @@ class Journal:
                     os.close(segment.fd)
             self._kept = []
 
-    def _sync(self) -> None:
-        while True:
-            with self._condition:
-                while not self._pending and not self._closing:
-                    self._condition.wait()
-                group, self._pending = self._pending, []
-                if not group and self._closing:
-                    return
-                segment = self._segment()
-                segment.records += len(group)
-            try:
-                os.write(segment.fd, b"".join(FRAME.pack(len(p.payload), p.rows) + p.payload for p in group))
-                os.fsync(segment.fd)
-            except OSError as error:
-                with self._condition:
-                    segment.records -= len(group)
-                for pending in group:
-                    pending.durable.set_exception(error)
-                continue
-            for pending in group:
-                pending.segment = segment
-                pending.durable.set_result(None)
-            with self._condition:
-                if os.fstat(segment.fd).st_size >= self.segment_bytes:
-                    self._close_current()
-
     def _segment(self) -> Segment:
         """The open segment, a new one when there is none. Called under the lock."""
         if self._current is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
             self._sequence += 1
             path = self.folder / f"{self.worker}-{self._sequence:06d}{SUFFIX}"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

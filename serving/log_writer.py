@@ -150,7 +150,6 @@ class StoreWriter:
         """Start the journal, the writer process and the sender thread (records queue meanwhile); queue the records
         of journal segments no live worker holds (a service stopped before they were written), to write them now."""
         if self.journal is not None:
-            self.journal.start()
             replayed = [(payload, rows, None, segment) for segment in orphaned(self.journal.folder)
                         for payload, rows in read_records(segment)]
             if replayed:

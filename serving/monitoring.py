@@ -3,10 +3,10 @@ drift against the served version's training reference; molecule: the applicabili
 served version's labelled outcomes in the prediction store (models/quality.py), with the alarms of the
 SERVING_MONITOR_* thresholds.
 
-Requests only hand their inputs over (an append under a lock); a background task recomputes every figure each
-SERVING_MONITOR_SECONDS in a thread, and GET /v1/monitoring and the Prometheus gauges show the last ones. The recent
-inputs live in each worker process's memory: with several workers, each judges its share of the traffic; the
-outcomes come from the shared store."""
+Nothing happens on the request path: a background task recomputes every figure each SERVING_MONITOR_SECONDS in a
+thread, from the prediction store (the served version's recent predictions and labelled outcomes, written by every
+worker), and GET /v1/monitoring and the Prometheus gauges show the last ones: every worker, and every replica on
+the same store, shows the figures of the whole traffic."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import numpy as np
 from fastapi import APIRouter
 from sqlalchemy.exc import SQLAlchemyError
 
-from contract.prediction_store import labelled_predictions, utc_now
+from contract.prediction_store import labelled_predictions, recent_predictions, utc_now
 from models.quality import average_precision, brier_score, expected_calibration_error, interval_coverage, rmse
 from serving.errors import error_responses
 from serving.family import ServedFamily
@@ -30,6 +30,7 @@ from serving.settings import ServingSettings
 from serving.served_models import ServedModels
 
 log = logging.getLogger("serving")
+FLUSH_S = 2.0  # how long a refresh waits for this worker's queued predictions
 ANSWER_FIELDS = ("failure_probability", "probability", "value")  # what a stored output answered
 
 
@@ -105,14 +106,30 @@ class Monitor:
             return {"model": None, "reference": False, "notes": ["no model is loaded yet"]}
         report: dict = {"model": {"name": model.name, "version": model.version, "alias": model.alias},
                         "reference": model.reference is not None, "notes": []}
-        key, figures, note = self.families[name].input_report(model)
-        if figures is not None:
-            report[key] = {"computed_at": utc_now(), **figures}
+        rows, note = self._recent(name, model)
+        if rows is not None:
+            key, figures, note = self.families[name].input_report(model, rows)
+            if figures is not None:
+                report[key] = {"computed_at": utc_now(), **figures}
         outcomes, outcome_note = self._outcome_report(name, model)
         if outcomes is not None:
             report["outcomes"] = outcomes
         report["notes"] += [text for text in (note, outcome_note) if text]
         return report
+
+    def _recent(self, family: str, model: LoadedModel) -> tuple[list[dict] | None, str | None]:
+        """The last SERVING_MONITOR_DRIFT_WINDOW predictions of `model` in the store, or why there are none."""
+        writer = self.prediction_log.writer
+        if writer is None:
+            return None, "no input figures: the prediction log is off (SERVING_PREDICTION_LOG=false)"
+        try:
+            writer.flush(FLUSH_S)  # this worker's latest answers count too
+            writer.ensure_tables()
+            return recent_predictions(writer.engine, family, model.name, model.version,
+                                      self.settings.monitor_drift_window), None
+        except (SQLAlchemyError, OSError) as error:
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+            return None, f"input figures not refreshed: the prediction store cannot be read ({first})"
 
     def _outcome_report(self, family: str, model: LoadedModel) -> tuple[dict | None, str | None]:
         """The outcome report of `model`, or the last good one with a note when the store cannot be read."""

@@ -12,7 +12,6 @@ failed), the call's latency and whether it failed.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -88,7 +87,6 @@ class PredictionLog:
 
     def __init__(self, writer: StoreWriter | None):
         self.writer = writer
-        self.journal_failing: str | None = None  # why the last record could not be journaled
 
     @classmethod
     def from_settings(cls, settings: ServingSettings, metrics: ServiceMetrics) -> "PredictionLog":
@@ -127,20 +125,22 @@ class PredictionLog:
                                                        _answered(model, call))).pending
         if pending is not None:
             try:
-                await asyncio.wrap_future(pending.durable)
-            except OSError as error:
-                self.journal_failing = f"{type(error).__name__}: {error}"[:300]
-            else:
-                self.journal_failing = None
+                if pending.synced is not None:
+                    await pending.synced
+                else:
+                    pending.durable.result()
+            except OSError:  # not on disk (`state` says why): the store alone will have it
+                pass
 
     @property
     def state(self) -> str:
         """`ok`, `off` (SERVING_PREDICTION_LOG=false), or why the store cannot be written now (the rows wait)."""
         if self.writer is None:
             return "off"
-        if self.journal_failing is not None:
-            return f"the journal cannot be written (answers are not kept on disk first): {self.journal_failing}"
-        return "ok" if self.writer.failing is None else f"the store cannot be written, retrying: {self.writer.failing}"
+        if self.writer.failing is not None:
+            return f"the store cannot be written, retrying: {self.writer.failing}"
+        problem = self.writer.journal.problem() if self.writer.journal is not None else None
+        return "ok" if problem is None else f"the journal cannot be written (answers do not wait for it): {problem}"
 
     def start(self) -> None:
         if self.writer is not None:

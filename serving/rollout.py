@@ -92,7 +92,6 @@ class Rollout:
             answers, model = await self._call(family, CHAMPION, request_id, items)
             if self.mode == SHADOW:
                 self._shadow(family, ShadowItems(request_id, items))
-        family.observe(items, answers, model)
         return answers, model
 
     async def _call(self, family: ServedFamily, role: str, request_id: str,

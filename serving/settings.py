@@ -92,8 +92,8 @@ class ServingSettings(BaseSettings):
     # file's `monitor` section, which the service does not read (tests/unit/test_params.py keeps them equal).
     monitor_seconds: float = Field(30.0, gt=0, description="how often the monitoring figures are recomputed, in the "
                                    "background")
-    monitor_drift_window: int = Field(1000, ge=10, description="recent sensor windows and molecules (per worker "
-                                      "process) compared with the served version's training reference")
+    monitor_drift_window: int = Field(1000, ge=10, description="the served version's last predictions in the store "
+                                      "(of every worker) whose inputs are compared with its training reference")
     monitor_outcome_window: int = Field(2000, ge=10, description="the last N labelled outcomes of the served version "
                                         "that are judged")
     monitor_min_items: int = Field(200, ge=1, description="fewer recent inputs or labelled outcomes: figures are shown "

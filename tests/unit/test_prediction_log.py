@@ -329,7 +329,6 @@ def test_rows_a_stopped_worker_could_not_write_are_written_at_the_next_start(tmp
 
 def test_a_record_cut_short_at_the_end_of_a_segment_is_left_out(tmp_path):
     journal = Journal(tmp_path, "w")
-    journal.start()
     for payload in (b"first", b"second"):
         journal.append(payload, 1).durable.result(timeout=30)
     journal.close()

@@ -1,5 +1,5 @@
-"""The service's monitoring wiring (serving/monitoring.py): the bounded windows of recent inputs, drift per channel
-read by name, the out-of-domain share per served version, and the outcome figures with their alarms."""
+"""The service's monitoring wiring (serving/monitoring.py): drift per channel read by name from the stored window
+summaries, the out-of-domain share of the stored molecules, and the outcome figures with their alarms."""
 
 from __future__ import annotations
 
@@ -7,12 +7,14 @@ import numpy as np
 import pytest
 
 from contract.card import ModelCard
+from contract.prediction_store import window_summaries
 from flows.config import MonitorConfig
 from models.drift import window_means
 from models.monitoring import sensor_reference
 from serving.loading import LoadedModel
-from serving.families.molecule.monitoring import MoleculeInputs, domain_report
-from serving.families.sensor.monitoring import SensorInputs, sensor_drift_report
+from serving.families.molecule.monitoring import domain_report
+from serving.families.sensor import SensorFamily
+from serving.families.sensor.monitoring import sensor_drift_report
 from serving.monitoring import outcome_report
 from serving.settings import ServingSettings
 
@@ -32,19 +34,18 @@ def _model(card: dict, reference: dict | None = None, version: str = "1") -> Loa
                        reference)
 
 
-def test_the_sensor_window_keeps_the_last_windows_and_starts_over_for_new_channels():
-    inputs = SensorInputs(size=10)
-    batches = [_windows(4, seed) for seed in range(4)]
-    for batch in batches[:3]:
-        inputs.add(batch, CHANNELS)
-    channels, means = inputs.means()
-    expected = window_means(np.concatenate(batches[:3]).transpose(0, 2, 1))
-    assert channels == tuple(CHANNELS) and np.allclose(means, expected[-10:]) and len(means) == 10
-    inputs.add(batches[3], CHANNELS)
-    assert np.allclose(inputs.means()[1], np.concatenate([expected, window_means(batches[3].transpose(0, 2, 1))])[-10:])
-    inputs.add(batches[0][..., :2], CHANNELS[:2])
-    channels, means = inputs.means()
-    assert channels == tuple(CHANNELS[:2]) and means.shape == (4, 2)
+def test_the_sensor_drift_reads_the_stored_summaries_of_the_recent_windows():
+    """What the log stores of each window (its per-channel summary) is what the drift is computed from."""
+    reference = sensor_reference(_windows(2000, 0).transpose(0, 2, 1), CHANNELS)
+    model = _model({"family": "sensor", "task": "classification", "channels": CHANNELS}, reference)
+    windows = _windows(300, 1, shift=(0.0, 2.0, 0.0))
+    rows = [{"input_summary": summary, "output": {}} for summary in window_summaries(windows, CHANNELS)]
+    family = SensorFamily.__new__(SensorFamily)
+    family.settings = SETTINGS
+    key, report, note = family.input_report(model, rows)
+    assert key == "input_drift" and note is None and report["windows"] == 300 and report["alarm"]
+    direct = sensor_drift_report(model, CHANNELS, window_means(windows.transpose(0, 2, 1)), SETTINGS)
+    assert [r["psi"] for r in report["channels"]] == pytest.approx([r["psi"] for r in direct["channels"]], abs=1e-3)
 
 
 def test_drift_is_read_by_channel_name_and_flags_the_shifted_channel_once_enough_windows_came():
@@ -63,15 +64,11 @@ def test_drift_is_read_by_channel_name_and_flags_the_shifted_channel_once_enough
     assert missing["channels"][2] == {"channel": "pressure", "psi": None, "ks": None, "n": 0, "alarm": False}
 
 
-def test_the_out_of_domain_share_counts_the_served_versions_molecules_only():
-    card = {"family": "molecule", "task": "regression"}
-    old, new = _model(card, version="1"), _model(card, version="2")
-    inputs = MoleculeInputs(size=100)
-    inside = {"nearest_similarity": 0.9, "in_domain": True, "descriptors_out_of_range": 0.0}
-    outside = {"nearest_similarity": 0.1, "in_domain": False, "descriptors_out_of_range": 0.25}
-    inputs.add([outside] * 5 + [{"error": "bad"}], old)
-    inputs.add([inside] * 3 + [outside], new)
-    report = domain_report(inputs, new, SETTINGS)
+def test_the_out_of_domain_share_counts_the_molecules_with_a_domain():
+    inside = {"canonical_smiles": "CCO", "nearest_similarity": 0.9, "in_domain": True, "descriptors_out_of_range": 0.0}
+    outside = {"canonical_smiles": "C", "nearest_similarity": 0.1, "in_domain": False, "descriptors_out_of_range": 0.25}
+    rows = [{"input_summary": summary, "output": {}} for summary in [inside] * 3 + [outside] + [{"smiles": "x"}]]
+    report = domain_report(rows, SETTINGS)
     assert report["molecules"] == 4 and report["out_of_domain"] == 0.25 and report["out_of_range_any"] == 0.25
     assert report["nearest_similarity_mean"] == pytest.approx(0.7) and not report["alarm"]  # fewer than 100
 
@@ -144,8 +141,9 @@ def test_a_store_that_cannot_be_read_keeps_the_last_outcome_figures_with_a_note(
     first = monitor.answer()["families"]["molecule"]
     assert first["outcomes"]["metrics"] == {"rmse": 2.0} and first["notes"][0].startswith("no applicability domain")
     monitor.prediction_log.writer.engine.dispose()
-    for path in tmp_path.glob("predictions.db*"):  # the database and its write-ahead log
-        path.unlink()
+    for path in tmp_path.glob("predictions.db*"):  # the database and its write-ahead log (not the journal's folder)
+        if path.is_file():
+            path.unlink()
     (tmp_path / "predictions.db").write_bytes(b"not a database" * 512)
     monitor.refresh()
     second = monitor.answer()["families"]["molecule"]

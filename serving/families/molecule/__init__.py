@@ -16,7 +16,7 @@ from serving.errors import error_responses
 from serving.families.molecule.depict import Depicter
 from serving.families.molecule.domain import assess, unusable
 from serving.families.molecule.featurizing import Featurizer, Molecule, molecule_bytes
-from serving.families.molecule.monitoring import MoleculeInputs, domain_report
+from serving.families.molecule.monitoring import domain_report
 from serving.families.molecule.schemas import MoleculeRequest, MoleculeResponse
 from serving.family import Prepared, ServedFamily, register_family
 from serving.inputs import BadInput
@@ -60,7 +60,6 @@ class MoleculeFamily(ServedFamily):
                                      settings.featurize_niceness,
                                      on_batch=metrics.batch_items.labels("featurize").observe)
         self.depicter = Depicter(settings.depict_workers, settings.max_heavy_atoms)
-        self.recent = MoleculeInputs(settings.monitor_drift_window)
 
     def check_smiles(self, smiles: Sequence[str]) -> list[str]:
         return check_smiles(smiles, self.settings.max_smiles_length)
@@ -123,14 +122,11 @@ class MoleculeFamily(ServedFamily):
                    answered: Answered) -> MoleculesRecord:
         return MoleculesRecord(answered, answers)
 
-    def observe(self, items: list[str], answers: list[dict], model: LoadedModel) -> None:
-        self.recent.add(answers, model)
-
-    def input_report(self, model: LoadedModel) -> tuple[str, dict | None, str | None]:
+    def input_report(self, model: LoadedModel, rows: Sequence[dict]) -> tuple[str, dict | None, str | None]:
         why = unusable(model.reference)
         if why is not None:
             return "domain", None, f"no applicability domain: {why}"
-        return "domain", domain_report(self.recent, model, self.settings), None
+        return "domain", domain_report(rows, self.settings), None
 
     def routers(self, model_of) -> list[APIRouter]:
         router = APIRouter()

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 
 from contract.card import SensorCard
-from contract.prediction_store import engine_for, resolve_url
+from contract.prediction_store import engine_for, resolve_url, summary_means
 from models.predictors import SensorPredictor, UnitReference
 from serving.errors import NotReady
 from serving.families.sensor.inputs import sensor_windows
-from serving.families.sensor.monitoring import SensorInputs, sensor_drift_report
+from serving.families.sensor.monitoring import sensor_drift_report
 from serving.families.sensor.schemas import SensorRequest, SensorResponse
 from serving.families.sensor.units import FLEET, UnitReferences, units_router
 from serving.family import Prepared, ServedFamily, register_family
@@ -77,7 +77,6 @@ class SensorFamily(ServedFamily):
         self.inline_max_items = settings.inline_max_items  # cheaper than a thread hop for small batches
         store = engine_for(resolve_url(Path(settings.params_file).resolve().parent, settings.prediction_store))
         self.units = UnitReferences(store, settings.max_units, settings.units_refresh_s)
-        self.recent = SensorInputs(settings.monitor_drift_window)
 
     def items(self, body: SensorRequest, model: LoadedModel) -> SensorItems:
         self.check_count(len(body.windows))
@@ -143,13 +142,11 @@ class SensorFamily(ServedFamily):
                    answered: Answered) -> WindowsRecord:
         return WindowsRecord(answered, items.windows, model.card.channels, answers, items.units, items.times)
 
-    def observe(self, items: SensorItems, answers: list[dict], model: LoadedModel) -> None:
-        self.recent.add(items.windows, model.card.channels)
-
-    def input_report(self, model: LoadedModel) -> tuple[str, dict | None, str | None]:
-        channels, means = self.recent.means()
+    def input_report(self, model: LoadedModel, rows: Sequence[dict]) -> tuple[str, dict | None, str | None]:
         if model.reference is None:
             return "input_drift", None, NO_REFERENCE
+        channels = model.card.channels
+        means = summary_means([row["input_summary"] for row in rows], channels)
         return "input_drift", sensor_drift_report(model, channels, means, self.settings), None
 
     def routers(self, model_of) -> list:
