@@ -1,12 +1,15 @@
-"""The prediction log's write-ahead journal: every record is on local disk (written and synced) before its answer
-leaves, so a prediction a client was given is in the store or in the journal whatever happens to the service.
+"""The prediction log's write-ahead journal: every record is written to a local file before its answer leaves, so a
+prediction a client was given is in the store or in the journal whatever happens to the service (killed outright
+too: the operating system keeps what was written). With `sync_to_disk` each group is also synced to the disk, so
+that a power cut loses nothing either, at a cost in throughput; the store itself (SQLite in WAL mode, synchronous
+NORMAL) makes the same trade by default.
 
 Records go to segment files of this worker (`<worker>-<n>.journal`: frames of the pickled record's length and its
-number of rows, 4-byte little-endian each, then the record), written and synced in groups (group commit: one
-fdatasync for the answers of one turn of the event loop). A segment is deleted once each of its records is settled
-(written to the store or set aside); one whose records were not (a store down until shutdown, a full queue, a kill)
-stays, and the next worker to start replays it. Each worker holds an exclusive lock on its own segments, so a live
-worker's segments are never taken.
+number of rows, 4-byte little-endian each, then the record), written as they come (with `sync_to_disk`: in groups,
+one write and one fdatasync for the answers of one turn of the event loop). A segment is deleted once each of its
+records is settled (written to the store or set aside); one whose records were not (a store down until shutdown, a
+full queue, a kill) stays, and the next worker to start replays it. Each worker holds an exclusive lock on its own
+segments, so a live worker's segments are never taken.
 """
 
 from __future__ import annotations
@@ -55,13 +58,14 @@ class Pending:
 
 
 class Journal:
-    """Segments of `worker` in `folder`. `append` on the event loop joins the group that the loop syncs as soon as
-    the current callback returns (one write and one fdatasync for all records appended meanwhile, on the loop's own
-    thread: no thread hand-off, which waited for the interpreter lock while the loop was busy); elsewhere it syncs
-    at once."""
+    """Segments of `worker` in `folder`. `append` writes at once; with `sync_to_disk`, on the event loop, it joins the
+    group that the loop writes and syncs as soon as the current callback returns (one write and one fdatasync for
+    all records appended meanwhile, on the loop's own thread: a thread hand-off waited for the interpreter lock while
+    the loop was busy)."""
 
-    def __init__(self, folder: Path, worker: str, segment_bytes: int = SEGMENT_BYTES):
+    def __init__(self, folder: Path, worker: str, sync_to_disk: bool = False, segment_bytes: int = SEGMENT_BYTES):
         self.folder, self.worker, self.segment_bytes = Path(folder), worker, segment_bytes
+        self.sync_to_disk = sync_to_disk  # fdatasync each group too (survives a power cut, not only a kill)
         self._sequence = 0
         self._current: Segment | None = None
         self._kept: list[Segment] = []  # closed segments with records not settled yet
@@ -88,7 +92,9 @@ class Journal:
             self._waiting.append(pending)
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # no event loop: sync now
+        except RuntimeError:
+            loop = None
+        if loop is None or not self.sync_to_disk:  # write now: one write call, no wait for the loop's next turn
             self.sync()
             return pending
         if self._group is None or self._group.get_loop() is not loop:
@@ -119,7 +125,8 @@ class Journal:
         try:
             segment = self._segment()
             os.write(segment.fd, b"".join(FRAME.pack(len(p.payload), p.rows) + p.payload for p in group))
-            os.fdatasync(segment.fd)
+            if self.sync_to_disk:
+                os.fdatasync(segment.fd)
         except OSError as error:
             return error
         segment.records += len(group)

@@ -105,7 +105,7 @@ class PredictionLog:
         return cls(StoreWriter(engine, rows_of, capacity_rows=settings.prediction_queue_rows,
                                retention_days=settings.prediction_retention_days,
                                max_rows=settings.prediction_max_rows, prune_every_s=PRUNE_EVERY_S, metrics=metrics,
-                               journal=Journal(folder, worker)))
+                               journal=Journal(folder, worker, settings.prediction_journal_sync)))
 
     @property
     def enabled(self) -> bool:

@@ -3,6 +3,7 @@ queue drops and counts instead of blocking, an unwritable store warns once, prun
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import hashlib
 import json
@@ -339,3 +340,19 @@ def test_a_record_cut_short_at_the_end_of_a_segment_is_left_out(tmp_path):
 
 def orphaned_view(path) -> Segment:
     return Segment(path, -1, closed=True)
+
+
+def test_a_journal_that_syncs_to_disk_writes_the_records_of_one_loop_turn_together(tmp_path):
+    journal = Journal(tmp_path, "w", sync_to_disk=True)
+
+    async def answer_many() -> list:
+        pending = [journal.append(f"r{i}".encode(), 1) for i in range(20)]
+        assert len({id(p.synced) for p in pending}) == 1 and not pending[0].durable.done()  # one group, not yet
+        await pending[0].synced
+        return pending
+
+    pending = asyncio.run(answer_many())
+    assert all(p.durable.done() and p.segment is pending[0].segment for p in pending)
+    assert [payload for payload, _ in read_records(orphaned_view(pending[0].segment.path))] == [
+        f"r{i}".encode() for i in range(20)]
+    journal.close()
