@@ -84,7 +84,7 @@ class Log:
     def __init__(self, recorded: list):
         self.recorded = recorded
 
-    def record(self, family, items, answers, model, call):
+    async def record(self, family, items, answers, model, call):
         self.recorded.append((model.version, call, answers))
 
 
