@@ -61,14 +61,11 @@ RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> t
 
 @dataclass(frozen=True)
 class Submitted:
-    """What became of a submitted record: queued for the store (true) or not (full or closing), and its way to
-    the journal (None without one)."""
+    """What became of a submitted record: queued for the store or not (full or closing), and its way to the journal
+    (None without one)."""
 
     queued: bool
     pending: Pending | None
-
-    def __bool__(self) -> bool:
-        return self.queued
 
 
 class StoreWriter:
@@ -147,8 +144,8 @@ class StoreWriter:
             self._tables_ready = True
 
     def start(self) -> None:
-        """Start the journal, the writer process and the sender thread (records queue meanwhile); queue the records
-        of journal segments no live worker holds (a service stopped before they were written), to write them now."""
+        """Start the writer process and the sender thread (records queue meanwhile); queue the records of journal
+        segments no live worker holds (a service stopped before they were written), to write them now."""
         if self.journal is not None:
             replayed = [(payload, rows, None, segment) for segment in orphaned(self.journal.folder)
                         for payload, rows in read_records(segment)]

@@ -157,7 +157,7 @@ def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
     submitting.start()
     submitting.join(timeout=60)
     assert not submitting.is_alive(), "submit blocked on a stuck store"
-    assert [bool(a) for a in accepted] == [True] * 4 + [False] * 6
+    assert [a.queued for a in accepted] == [True] * 4 + [False] * 6
     assert dropped(metrics, "queue_full") == 6
     assert metrics.registry.get_sample_value("serving_prediction_log_queue_rows") == 4
     lock.execute("ROLLBACK")
@@ -178,14 +178,14 @@ def test_a_store_that_cannot_be_written_is_retried_and_the_log_resumes_by_itself
                          retention_days=30, max_rows=100, prune_every_s=3600, metrics=metrics)
     writer.start()
     with caplog.at_level(logging.WARNING, logger="serving"):
-        assert writer.submit(Rows("a0", "b0"))
+        assert writer.submit(Rows("a0", "b0")).queued
         deadline = time.monotonic() + 60
         while writer.failing is None:
             assert time.monotonic() < deadline, "the writer never said the store is failing"
             time.sleep(0.02)
         assert metrics.registry.get_sample_value("serving_prediction_log_failing") == 1
         assert not writer.flush(timeout_s=1)  # still waiting for the store
-        assert writer.submit(Rows("a1", "b1"))
+        assert writer.submit(Rows("a1", "b1")).queued
         blocker.unlink()
         blocker.mkdir()
         assert writer.flush(timeout_s=60)
@@ -206,7 +206,7 @@ def test_a_row_the_store_refuses_is_set_aside_and_the_rest_of_its_batch_written(
     writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=30, max_rows=100,
                          prune_every_s=3600, metrics=metrics)
     writer.start()
-    assert writer.submit(Rows("before", "bad\ud800", "after"))
+    assert writer.submit(Rows("before", "bad\ud800", "after")).queued
     assert writer.flush(timeout_s=60)
     writer.stop(timeout_s=10)
     engine = engine_for(url)
@@ -242,9 +242,9 @@ def test_records_submitted_after_stop_are_dropped_as_shutdown(tmp_path):
     writer = StoreWriter(engine_for(f"sqlite:///{tmp_path / 'p.db'}"), rows_of, capacity_rows=10, retention_days=1,
                          max_rows=10, prune_every_s=3600, metrics=metrics)
     writer.start()
-    assert writer.submit(Rows("kept"))
+    assert writer.submit(Rows("kept")).queued
     writer.stop(timeout_s=30)
-    assert not writer.submit(Rows("late"))
+    assert not writer.submit(Rows("late")).queued
     assert dropped(metrics, "shutdown") == 1
     assert [row["id"] for row in read_predictions(engine_for(f"sqlite:///{tmp_path / 'p.db'}"))] == ["kept"]
 
@@ -255,12 +255,12 @@ def test_a_writer_process_that_dies_is_started_again_and_the_log_goes_on(tmp_pat
     writer = StoreWriter(engine_for(url), rows_of, capacity_rows=10, retention_days=1, max_rows=10,
                          prune_every_s=3600, metrics=metrics)
     writer.start()
-    assert writer.submit(Rows("before")) and writer.flush(timeout_s=60)
+    assert writer.submit(Rows("before")).queued and writer.flush(timeout_s=60)
     first = writer._process
     first.kill()
     first.wait(timeout=30)
     with caplog.at_level(logging.WARNING, logger="serving"):
-        assert writer.submit(Rows("after")) and writer.flush(timeout_s=60)
+        assert writer.submit(Rows("after")).queued and writer.flush(timeout_s=60)
     writer.stop(timeout_s=30)
     assert writer._process is not first and writer._process.returncode == 0
     assert sorted(row["id"] for row in read_predictions(engine_for(url))) == ["after", "before"]
@@ -276,8 +276,8 @@ def test_a_batch_whose_records_name_other_code_is_refused_and_nothing_of_it_runs
                          prune_every_s=3600, metrics=metrics)
     writer.start()
     with caplog.at_level(logging.WARNING, logger="serving"):
-        assert writer.submit(Runs(f"touch {marker}")) and writer.flush(timeout_s=60)
-        assert writer.submit(Rows("after")) and writer.flush(timeout_s=60)
+        assert writer.submit(Runs(f"touch {marker}")).queued and writer.flush(timeout_s=60)
+        assert writer.submit(Rows("after")).queued and writer.flush(timeout_s=60)
     writer.stop(timeout_s=30)
     assert not marker.exists()
     assert dropped(metrics, "store_error") == 1

@@ -72,9 +72,7 @@ def _featurize_one(smiles: str, max_heavy_atoms: int) -> Featurized:
         reason = f"could not featurise SMILES {smiles[:40]!r}: {type(error).__name__} in RDKit"
     try:
         return Molecule(smiles_view_only(smiles, reason), None)
-    except DataValidationError:
-        return reason
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - not SMILES syntax (DataValidationError), or RDKit failing on it
         return reason
 
 
