@@ -119,15 +119,15 @@ def load(url: str, path: str, payloads: list[dict], clients: int, seconds: float
             "p99_ms": result["p99_ms"]}
 
 
-def log_cpu_ms(model: dict, count: int, scratch: str) -> float:
+def log_cpu_ms(model: dict, count: int, scratch: str, journal: bool = True) -> float:
     """CPU milliseconds the log spends per one-item prediction, measured apart from any HTTP load: the request path
     and sender thread in this process plus the writer process (SQLite store), `count` predictions written GROUP
-    per transaction. The writer's start-up is not counted."""
+    per transaction, with the write-ahead journal or without. The writer's start-up is not counted."""
     card = ModelCard.model_construct(family=model["family"], channels=model.get("channels"))
     served = LoadedModel(model["family"], model["name"], model["version"], model["alias"], "", card, None)
     writer = StoreWriter(engine_for(f"sqlite:///{scratch}/{model['family']}-cpu.db"), rows_of, capacity_rows=10 * GROUP,
                          retention_days=1, max_rows=10 * count, prune_every_s=3600, metrics=ServiceMetrics(),
-                         journal=Journal(Path(scratch) / f"{model['family']}-cpu.journal", "bench"))
+                         journal=Journal(Path(scratch) / f"{model['family']}-cpu.journal", "bench") if journal else None)
     log = PredictionLog(writer)
     log.start()
     payloads = bodies(model)
@@ -193,8 +193,10 @@ def markdown(report: dict) -> str:
                      f"| {row['on_runs']} | {row['shadow_runs']} |")
     lines += ["", "Measured apart from the HTTP load (request path, sender thread and writer process, SQLite, "
               f"{GROUP} predictions per transaction):", "",
-              "| model | log CPU ms per prediction | share of the service's CPU per request (log off) |", "|---|---|---|"]
-    lines += [f"| {row['family']} | {row['log_cpu_ms_in_process']} | {row['log_cpu_share_percent']} % |"
+              "| model | log CPU ms per prediction | share of the service's CPU per request (log off) | of which "
+              "the journal, ms | share |", "|---|---|---|---|---|"]
+    lines += [f"| {row['family']} | {row['log_cpu_ms_in_process']} | {row['log_cpu_share_percent']} % | "
+              f"{row.get('journal_cpu_ms_in_process', '-')} | {row.get('journal_cpu_share_percent', '-')} % |"
               for row in report["summary"]]
     lines += ["", f"Rows in the stores by family and role (every answered item has a champion row; in shadow mode "
               f"the shadow rows show how many of them the challenger ran): {report['stored_rows']}", "",
@@ -247,7 +249,14 @@ def main() -> None:
                     print(json.dumps(runs[-1]))
         counts = {"on": stored_rows(store), "shadow": stored_rows(shadow_store)} if shadow_store != store else \
             {"on and shadow": stored_rows(store)}
-        in_process = {model["family"]: log_cpu_ms(model, args.in_process, scratch) for model in info["models"]}
+        in_process, journal_share = {}, {}
+        for model in info["models"]:  # with and without the journal, alternating: the median of each
+            runs = {with_journal: [] for with_journal in (True, False)}
+            for _ in range(3):
+                for with_journal in runs:
+                    runs[with_journal].append(log_cpu_ms(model, args.in_process, scratch, with_journal))
+            in_process[model["family"]] = statistics.median(runs[True])
+            journal_share[model["family"]] = in_process[model["family"]] - statistics.median(runs[False])
     shutil.rmtree(scratch)
 
     summary = []
@@ -263,6 +272,8 @@ def main() -> None:
                         "cpu_cost_percent": round(100 * (cpu["on"] / cpu["off"] - 1), 1),
                         "log_cpu_ms_in_process": round(in_process[model["family"]], 3),
                         "log_cpu_share_percent": round(100 * in_process[model["family"]] / cpu["off"], 1),
+                        "journal_cpu_ms_in_process": round(journal_share[model["family"]], 3),
+                        "journal_cpu_share_percent": round(100 * journal_share[model["family"]] / cpu["off"], 1),
                         "shadow_rps": round(rps["shadow"], 1),
                         "shadow_cost_percent": round(100 * (1 - rps["shadow"] / rps["off"]), 1),
                         "shadow_cpu_ms": round(cpu["shadow"], 3),

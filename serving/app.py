@@ -120,6 +120,7 @@ class Service:
         # the other worker processes (and replicas) on the prediction store's database: reloads reach them all (with
         # the log off there is no store: each worker follows the registry alone)
         self.workers = Workers(self.log.writer.engine) if self.log.writer is not None else None
+        self._workers_failing = False  # the workers' table could not be used last time (logged once)
         self._tasks: list[asyncio.Task] = []
 
     def _served(self) -> set[int]:
@@ -167,13 +168,21 @@ class Service:
         return {family: model.version for family, model in self.store.models.items()}
 
     async def _shared(self, call: Callable, *args):
-        """`call(*args)` on the workers' table off the event loop; None (logged) when the database fails."""
+        """`call(*args)` on the workers' table off the event loop; None when the database fails (logged once until
+        it works again)."""
         try:
-            return await asyncio.to_thread(call, *args)
+            answer = await asyncio.to_thread(call, *args)
         except Exception as error:
-            log.warning("workers: the prediction store's database cannot be used to agree with the other workers "
-                        "(%s)", str(error).splitlines()[0][:300] if str(error) else type(error).__name__)
+            if not self._workers_failing:
+                log.warning("workers: the prediction store's database cannot be used to agree with the other "
+                            "workers (%s); retrying", str(error).splitlines()[0][:300] if str(error) else
+                            type(error).__name__)
+            self._workers_failing = True
             return None
+        if self._workers_failing:
+            log.info("workers: the prediction store's database can be used again")
+            self._workers_failing = False
+        return answer
 
     async def _follow_reloads(self) -> None:
         """Reload when another worker was asked to; say every HEARTBEAT_S that this worker is alive."""
@@ -217,6 +226,7 @@ class Service:
         await asyncio.to_thread(self.log.stop, self.settings.shutdown_timeout_s)
         if self.workers is not None:
             await self._shared(self.workers.leave)
+        self.metrics.leave()
         gc.unfreeze()  # what the service held may be collected again (an app in a longer-lived process)
 
 

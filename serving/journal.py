@@ -8,8 +8,9 @@ Records go to segment files of this worker (`<worker>-<n>.journal`: frames of th
 number of rows, 4-byte little-endian each, then the record), written as they come (with `sync_to_disk`: in groups,
 one write and one fdatasync for the answers of one turn of the event loop). A segment is deleted once each of its
 records is settled (written to the store or set aside); one whose records were not (a store down until shutdown, a
-full queue, a kill) stays, and the next worker to start replays it. Each worker holds an exclusive lock on its own
-segments, so a live worker's segments are never taken.
+full queue, a kill) stays, and the next worker to start replays it. A record the writer could not take at once (its
+queue full while the store was down, or its writer process ended) is read back from its `Location` when there is
+room again. Each worker holds an exclusive lock on its own segments, so a live worker's segments are never taken.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ SUFFIX = ".journal"
 FRAME = struct.Struct("<II")  # a record's length in bytes and its rows
 
 
-@dataclass
+@dataclass(eq=False)
 class Segment:
     """One segment file, locked while open: how many of its records are not settled yet."""
 
@@ -39,22 +40,38 @@ class Segment:
     records: int = 0
     settled: int = 0
     closed: bool = False
+    size: int = 0  # bytes written (by this process)
 
     @property
     def done(self) -> bool:
         return self.closed and self.settled >= self.records
 
 
-@dataclass
+@dataclass(frozen=True, eq=False)
+class Location:
+    """Where one record lies: its segment, the offset and length of its pickled bytes, and its rows."""
+
+    segment: Segment
+    offset: int
+    length: int
+    rows: int
+
+    def read(self) -> bytes:
+        """The record's pickled bytes (its segment is open until each of its records is settled)."""
+        return os.pread(self.segment.fd, self.length, self.offset)
+
+
+@dataclass(eq=False)
 class Pending:
     """A record on its way to disk: `durable` is done once it is there (for threads), `synced` too (for the event
-    loop: one future shared by the records synced together), `segment` is where it went."""
+    loop: one future shared by the records synced together), `location` is where it went (its `payload` is
+    released then)."""
 
     payload: bytes
     rows: int
     durable: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
     synced: asyncio.Future | None = None
-    segment: Segment | None = None
+    location: Location | None = None
 
 
 class Journal:
@@ -124,26 +141,48 @@ class Journal:
         """Append `group` to the open segment and sync it; the error, if the disk refused. Called under the lock."""
         try:
             segment = self._segment()
-            os.write(segment.fd, b"".join(FRAME.pack(len(p.payload), p.rows) + p.payload for p in group))
+            data = b"".join(FRAME.pack(len(p.payload), p.rows) + p.payload for p in group)
+            written = os.write(segment.fd, data)
+            if written != len(data):
+                raise OSError(f"{segment.path.name}: wrote {written} of {len(data)} bytes")
             if self.sync_to_disk:
                 os.fdatasync(segment.fd)
         except OSError as error:
             return error
-        segment.records += len(group)
+        offset = segment.size
         for pending in group:
-            pending.segment = segment
-        if os.fstat(segment.fd).st_size >= self.segment_bytes:
+            pending.location = Location(segment, offset + FRAME.size, len(pending.payload), pending.rows)
+            offset += FRAME.size + len(pending.payload)
+            pending.payload = b""
+        segment.records += len(group)
+        segment.size = offset
+        if segment.size >= self.segment_bytes:
             self._close_current()
         return None
 
-    def settle(self, segment: Segment, count: int = 1) -> None:
-        """`count` records of `segment` are in the store (or set aside): a closed segment all settled is deleted."""
+    def settle(self, location: Location) -> None:
+        """The record at `location` is in the store (or set aside): a closed segment all settled is deleted."""
+        segment = location.segment
         with self._lock:
-            segment.settled += count
+            segment.settled += 1
             if segment.done and segment.path.exists():
                 _remove(segment)
                 if segment in self._kept:
                     self._kept.remove(segment)
+
+    def replay(self) -> list[Location]:
+        """Take the segments in the folder that no live worker holds (a stopped worker's, with records it could not
+        write) and return where their records lie, oldest first; each segment is deleted once they are settled."""
+        found = []
+        for segment in orphaned(self.folder):
+            records = locations(segment)
+            with self._lock:
+                if records:
+                    self._kept.append(segment)
+                else:
+                    _remove(segment)
+            found += records
+        return found
 
     def close(self) -> None:
         """Sync what waits and close the current segment; segments with records not settled are kept (and
@@ -164,7 +203,7 @@ class Journal:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._sequence += 1
             path = self.folder / f"{self.worker}-{self._sequence:06d}{SUFFIX}"
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._current = Segment(path, fd)
         return self._current
@@ -205,19 +244,20 @@ def orphaned(folder: Path) -> list[Segment]:
     return found
 
 
-def read_records(segment: Segment) -> list[tuple[bytes, int]]:
-    """The pickled records of `segment` with their rows; a frame cut short by a crash while it was written is left
+def locations(segment: Segment) -> list[Location]:
+    """Where each record of `segment` lies, oldest first; a frame cut short by a crash while it was written is left
     out."""
     data = Path(segment.path).read_bytes()
-    records, offset = [], 0
+    found, offset = [], 0
     while offset + FRAME.size <= len(data):
         length, rows = FRAME.unpack_from(data, offset)
         start = offset + FRAME.size
         if start + length > len(data):
             break
-        records.append((data[start:start + length], rows))
+        found.append(Location(segment, start, length, rows))
         offset = start + length
     if offset < len(data):
         log.warning("prediction journal: %s ends in a record cut short; the records before it are replayed",
                     segment.path.name)
-    return records
+    segment.records = len(found)
+    return found

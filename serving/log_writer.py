@@ -8,13 +8,15 @@ time, and a writer thread turning rows into SQL held the event loop back far bey
 and pickled it holds no objects for the garbage collector to walk while it waits; a receiver thread turns the
 writer's acknowledgements into metrics and log lines.
 
-A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes),
-so one transaction carries many predictions. A store that cannot be written is retried by the writer with back-off
+A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes,
+or while records wait in the journal), so one transaction carries many predictions. A store that cannot be written is retried by the writer with back-off
 (`failing` says why meanwhile, and the log resumes by itself); rows the store refuses are set aside in the store's
-`rejected_predictions` (`serving_prediction_log_rejected_rows_total`). A full queue drops the new rows; a writer
-process that ends drops the batches it held and is started again (at most once per RESTART_PAUSE_S); both are
-counted by reason (`serving_prediction_log_dropped_rows_total`), and each kind of store failure is logged once
-until the store is written again. Callers only ever take a lock held for a few list operations.
+`rejected_predictions` (`serving_prediction_log_rejected_rows_total`). A writer process that ends is started again
+(at most once per RESTART_PAUSE_S). With a journal, records that find the queue full (the store down for long) and
+the batches a writer process held when it ended wait in the journal alone (`serving_prediction_log_spilled_rows`)
+and are read back from it as the queue drains; without one they are dropped and counted by reason
+(`serving_prediction_log_dropped_rows_total`). Each kind of store failure is logged once until the store is written
+again. Callers only ever take a lock held for a few list operations.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.engine import Engine
 
 from contract.prediction_store import create_tables
-from serving.journal import Journal, Pending, Segment, orphaned, read_records
+from serving.journal import Journal, Location, Pending
 from serving.log_process import Ack, Config, decode, encode
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("serving")
 BATCH_ROWS = 500  # rows per INSERT transaction at most
 LINGER_S = 0.5  # how long the first queued row waits for others to share its transaction
+SPILL_POLL_S = 0.05  # how often a spilled record whose journal write is still ahead is looked at again
 RESTART_PAUSE_S = 1.0  # a writer process that ended is started again after this pause at the earliest
 WRITER_COMMAND = "from serving.log_process import main; main()"  # + the socket's descriptor and the row builder
 
@@ -61,8 +64,8 @@ RowBuilder = Callable[[list[Record]], Sequence[dict]]  # a batch of records -> t
 
 @dataclass(frozen=True)
 class Submitted:
-    """What became of a submitted record: queued for the store or not (full or closing), and its way to the journal
-    (None without one)."""
+    """What became of a submitted record: on its way to the store (queued, or waiting in the journal) or dropped, and
+    its way to the journal (None without one)."""
 
     queued: bool
     pending: Pending | None
@@ -81,9 +84,11 @@ class StoreWriter:
         self._config = Config(engine.url.render_as_string(hide_password=False), retention_days, max_rows,
                               prune_every_s)
         self._build_rows = f"{build_rows.__module__}:{build_rows.__qualname__}"
-        # (pickled record, its rows, its way to the journal, or the orphaned segment it is replayed from)
-        self._queue: deque[tuple[bytes, int, Pending | None, Segment | None]] = deque()
+        # (pickled record, its rows, its way to the journal, or where it is read back from)
+        self._queue: deque[tuple[bytes, int, Pending | None, Location | None]] = deque()
         self._queued_rows = 0  # in the queue and in the writer process
+        self._spilled: deque[Pending | Location] = deque()  # records in the journal alone, taken as the queue drains
+        self._spilled_rows = 0
         self._waiting_rows = 0  # in the queue
         self._first_queued_at = 0.0  # when the oldest record in the queue came
         self._hurry = False  # a flush is waiting: send without lingering
@@ -92,42 +97,86 @@ class StoreWriter:
         self._closing = False
         self._tables_ready = False
         self.failing: str | None = None  # why the store cannot be written now (the writer retries it meanwhile)
-        # per writer process (numbered): the (records, rows, journal segments) of each batch it holds, until it
+        # per writer process (numbered): the (records, rows, journal locations) of each batch it holds, until it
         # acknowledges them
         self._generation = 0
-        self._in_flight: dict[int, deque[tuple[int, int, list[Segment]]]] = {}
+        self._in_flight: dict[int, deque[tuple[int, int, list[Location]]]] = {}
         self._process: subprocess.Popen | None = None
         self._connection: Connection | None = None
         self._sender = threading.Thread(target=self._send, name="prediction-log-sender", daemon=True)
-        metrics.log_queue_rows.set_function(lambda: self._queued_rows)
-        metrics.log_failing.set_function(lambda: self.failing is not None)
+        metrics.log_failing.set(0)
 
     def submit(self, record: Record) -> Submitted:
-        """Queue `record`, pickled at once, and append it to the journal (the answer's wait); its rows are dropped
-        from memory and counted when the queue is full or closing (the journal keeps them for the next start).
-        Pickled, a queued record holds no objects: records waiting for their batch used to survive into the garbage
-        collector's oldest generation and made its full collections more frequent."""
+        """Queue `record`, pickled at once, and append it to the journal (the answer's wait). When the queue is full
+        it waits in the journal alone (without one its rows are dropped and counted); once closing, it is dropped
+        (the journal keeps it for the next start). Pickled, a queued record holds no objects: records waiting for
+        their batch used to survive into the garbage collector's oldest generation and made its full collections
+        more frequent."""
         payload = pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)
         pending = self.journal.append(payload, len(record)) if self.journal is not None else None
-        return Submitted(self._enqueue((payload, len(record), pending, None)), pending)
-
-    def _enqueue(self, queued: tuple[bytes, int, Pending | None, Segment | None]) -> bool:
         with self._condition:
             refused = "shutdown" if self._closing else "queue_full" if (
-                self._queued_rows + queued[1] > self.capacity_rows) else None
+                self._queued_rows + len(record) > self.capacity_rows) else None
             if refused is None:
-                if not self._queue:
-                    self._first_queued_at = time.monotonic()
-                    self._condition.notify_all()
-                self._queue.append(queued)
-                self._queued_rows += queued[1]
-                self._waiting_rows += queued[1]
-                self._accepted += 1
-                if self._waiting_rows >= BATCH_ROWS:
-                    self._condition.notify_all()
+                self._enqueue((payload, len(record), pending, None))
+            elif refused == "queue_full" and pending is not None:
+                self._spill([pending])
+                refused = None
         if refused is not None:
-            self.metrics.log_dropped_rows.labels(refused).inc(queued[1])
-        return refused is None
+            self.metrics.log_dropped_rows.labels(refused).inc(len(record))
+        return Submitted(refused is None, pending)
+
+    def _enqueue(self, queued: tuple[bytes, int, Pending | None, Location | None]) -> None:
+        """Called under the lock."""
+        if not self._queue:
+            self._first_queued_at = time.monotonic()
+            self._condition.notify_all()
+        self._queue.append(queued)
+        self._queued_rows += queued[1]
+        self._waiting_rows += queued[1]
+        if queued[3] is None:  # a record read back from the journal was accepted when it was spilled
+            self._accepted += 1
+        if self._waiting_rows >= BATCH_ROWS:
+            self._condition.notify_all()
+        self.metrics.log_queue_rows.set(self._queued_rows)
+
+    def _spill(self, records: list[Pending | Location], accepted: bool = False) -> None:
+        """Leave `records` in the journal alone until the queue has room (`accepted`: counted already). Called under
+        the lock."""
+        self._spilled.extend(records)
+        self._spilled_rows += sum(record.rows for record in records)
+        self._accepted += 0 if accepted else len(records)
+        self.metrics.log_spilled_rows.set(self._spilled_rows)
+
+    def _take_spilled(self) -> None:
+        """Read spilled records back from the journal while the queue is at most half full (new answers keep the
+        other half). Called under the lock."""
+        while self._spilled and not self._closing and (
+                self._queued_rows + self._spilled[0].rows <= max(self.capacity_rows // 2, self._spilled[0].rows)):
+            record = self._spilled[0]
+            if isinstance(record, Pending):
+                if not record.durable.done():
+                    return  # its write is still ahead (a sync on the event loop's next turn)
+                if record.durable.exception() is not None:  # neither the queue nor the journal has it
+                    self._spilled.popleft()
+                    self._spilled_rows -= record.rows
+                    self._settle(1, 0)
+                    self.metrics.log_dropped_rows.labels("queue_full").inc(record.rows)
+                    continue
+                record = record.location
+            try:
+                payload = record.read()
+            except OSError as error:
+                log.error("prediction log: cannot read a record back from the journal (%s); dropped", error)
+                payload = None
+            self._spilled.popleft()
+            self._spilled_rows -= record.rows
+            if payload is None:
+                self._settle(1, 0)
+                self.metrics.log_dropped_rows.labels("journal_error").inc(record.rows)
+            else:
+                self._enqueue((payload, record.rows, None, record))
+        self.metrics.log_spilled_rows.set(self._spilled_rows)
 
     def flush(self, timeout_s: float) -> bool:
         """Wait until the records submitted so far are written (or dropped); False if `timeout_s` passed first."""
@@ -144,16 +193,15 @@ class StoreWriter:
             self._tables_ready = True
 
     def start(self) -> None:
-        """Start the writer process and the sender thread (records queue meanwhile); queue the records of journal
+        """Start the writer process and the sender thread (records queue meanwhile); take the records of journal
         segments no live worker holds (a service stopped before they were written), to write them now."""
         if self.journal is not None:
-            replayed = [(payload, rows, None, segment) for segment in orphaned(self.journal.folder)
-                        for payload, rows in read_records(segment)]
+            replayed = self.journal.replay()
             if replayed:
                 log.info("prediction log: writing %d rows a stopped worker left in the journal",
-                         sum(rows for _, rows, _, _ in replayed))
-            for queued in replayed:
-                self._enqueue(queued)
+                         sum(location.rows for location in replayed))
+                with self._condition:
+                    self._spill(replayed)
         self._start_writer()
         self._sender.start()
 
@@ -172,7 +220,9 @@ class StoreWriter:
                 self._process.kill()
                 self._process.wait()
         with self._condition:
-            left, self._queued_rows = self._queued_rows, 0
+            left, self._queued_rows = self._queued_rows + self._spilled_rows, 0
+            self._spilled.clear()
+            self._spilled_rows = 0
             self._in_flight.clear()
             self._finished = self._accepted
             self._condition.notify_all()
@@ -204,8 +254,10 @@ class StoreWriter:
         restart_at = 0.0
         while True:
             with self._condition:
+                self._take_spilled()
                 while (wait_s := self._wait_s()) is None or wait_s > 0:
                     self._condition.wait(timeout=wait_s)
+                    self._take_spilled()
                 batch, rows = [], 0
                 while self._queue and (not batch or rows + self._queue[0][1] <= BATCH_ROWS):
                     queued = self._queue.popleft()
@@ -221,23 +273,33 @@ class StoreWriter:
                                 self._process.returncode)
                     self._start_writer()
                     restart_at = time.monotonic() + RESTART_PAUSE_S
-                self._send_batch([payload for payload, _, _, _ in batch], rows, _segments(batch))
+                self._send_batch([payload for payload, _, _, _ in batch], rows, _locations(batch))
             if done:
                 self._connection_send(b"")  # the writer finishes what it holds and ends
                 return
 
-    def _send_batch(self, batch: list[bytes], rows: int, segments: list[Segment]) -> None:
+    def _send_batch(self, batch: list[bytes], rows: int, locations: list[Location]) -> None:
         payload = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)  # a list of pickled records
         with self._condition:
             held = self._in_flight.get(self._generation)
             if held is not None:
-                held.append((len(batch), rows, segments))
-            if held is None:  # the writer process has ended and is not started again yet
-                self._settle(len(batch), rows)
-        if held is None:
-            self.metrics.log_dropped_rows.labels("writer_exited").inc(rows)
-        else:
+                held.append((len(batch), rows, locations))
+            else:  # the writer process has ended and is not started again yet
+                self._writer_lost([(len(batch), rows, locations)])
+        if held is not None:
             self._connection_send(payload)
+
+    def _writer_lost(self, batches) -> None:
+        """A writer process ended holding `batches` (records, rows, journal locations): their records are spilled
+        back to the journal, the rest of their rows dropped and counted. Called under the lock."""
+        spilled = [location for _, _, locations in batches for location in locations]
+        records, rows = sum(batch[0] for batch in batches), sum(batch[1] for batch in batches)
+        lost = rows - sum(location.rows for location in spilled)
+        self._settle(records, rows)
+        self._finished -= len(spilled)  # not finished: they wait in the journal
+        self._spill(spilled, accepted=True)
+        if lost:
+            self.metrics.log_dropped_rows.labels("writer_exited").inc(lost)
 
     def _connection_send(self, payload: bytes) -> None:
         try:
@@ -247,23 +309,19 @@ class StoreWriter:
 
     def _wait_s(self) -> float | None:
         """How long the sender may still sleep (None: until woken; <= 0: send now). Called under the lock."""
-        if self._closing or (self._queue and (self._hurry or self._waiting_rows >= BATCH_ROWS)):
+        if self._closing or (self._queue and (self._hurry or self._spilled or self._waiting_rows >= BATCH_ROWS)):
             return 0.0
         if not self._queue:
-            return None
+            return SPILL_POLL_S if self._spilled else None
         return self._first_queued_at + LINGER_S - time.monotonic()
 
     def _receive(self, generation: int, connection: Connection) -> None:
         while True:
             try:
                 ack: Ack = decode(Ack, connection.recv_bytes())
-            except (EOFError, OSError):  # the writer process ended: what it held is lost
+            except (EOFError, OSError):  # the writer process ended: what it held goes back to the journal or is lost
                 with self._condition:
-                    held = self._in_flight.pop(generation, deque())
-                    rows = sum(count for _, count, _ in held)
-                    self._settle(sum(count for count, _, _ in held), rows)
-                if rows:
-                    self.metrics.log_dropped_rows.labels("writer_exited").inc(rows)
+                    self._writer_lost(self._in_flight.pop(generation, deque()))
                 connection.close()
                 return
             for level, message in ack.logs:
@@ -273,15 +331,16 @@ class StoreWriter:
             self.metrics.log_pruned_rows.inc(ack.pruned)
             if ack.failing is not None:
                 self.failing = ack.failing or None
+                self.metrics.log_failing.set(self.failing is not None)
             if ack.written:
                 self._tables_ready = True
             if ack.batch:  # the oldest batch it holds is done: what it neither wrote nor set aside is lost
                 with self._condition:
                     held = self._in_flight.get(generation)
-                    records, rows, segments = held.popleft() if held else (0, 0, [])
+                    records, rows, locations = held.popleft() if held else (0, 0, [])
                     self._settle(records, rows)
-                for segment in segments:  # in the store (or set aside): the journal need not keep them
-                    self.journal.settle(segment)
+                for location in locations:  # in the store (or set aside): the journal need not keep them
+                    self.journal.settle(location)
                 if rows > ack.written + ack.rejected:
                     self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written - ack.rejected)
 
@@ -291,18 +350,19 @@ class StoreWriter:
             self._queued_rows -= rows
             self._finished += records
             self._condition.notify_all()
+            self.metrics.log_queue_rows.set(self._queued_rows)
 
 
-def _segments(batch: list[tuple[bytes, int, Pending | None, Segment | None]]) -> list[Segment]:
-    """The journal segment of each record of `batch` (waiting until it is on disk), where it has one."""
-    segments = []
+def _locations(batch: list[tuple[bytes, int, Pending | None, Location | None]]) -> list[Location]:
+    """The journal location of each record of `batch` (waiting until it is on disk), where it has one."""
+    found = []
     for _, _, pending, replayed in batch:
         if pending is not None:
             try:
                 pending.durable.result()
             except OSError:  # the journal could not write it: the store alone will have it
                 continue
-            segments.append(pending.segment)
+            found.append(pending.location)
         elif replayed is not None:
-            segments.append(replayed)
-    return segments
+            found.append(replayed)
+    return found

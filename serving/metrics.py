@@ -1,10 +1,17 @@
-"""Prometheus metrics of one app (its own registry, so several apps can live in one process)."""
+"""Prometheus metrics of one app (its own registry, so several apps can live in one process). A service of several
+workers shares them: with PROMETHEUS_MULTIPROC_DIR set (`python -m serving` sets it for its workers) each worker keeps
+its values in that folder and /metrics, whichever worker answers, renders the whole service's (prometheus_client's
+multiprocess mode: counters and histograms summed over workers, gauges summed, maximised or the latest, per gauge)."""
 
 from __future__ import annotations
 
+import os
+import re
 import time
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -25,19 +32,22 @@ class ServiceMetrics:
         self.batch_items = Histogram("serving_batch_items", "items per model call (one micro-batch)",
                                      ["family"], buckets=SIZES, registry=self.registry)
         self.model_version = Gauge("serving_model_version", "registry version being served", ["family", "name"],
-                                   registry=self.registry)
+                                   registry=self.registry, multiprocess_mode="livemostrecent")
         # the prediction log (serving.log_writer)
         self.log_queue_rows = Gauge("serving_prediction_log_queue_rows", "prediction rows waiting or being written",
-                                    registry=self.registry)
+                                    registry=self.registry, multiprocess_mode="livesum")
         self.log_written_rows = Counter("serving_prediction_log_written_rows", "prediction rows written to the store",
                                         registry=self.registry)
         self.log_dropped_rows = Counter("serving_prediction_log_dropped_rows", "prediction rows not written, by reason "
-                                        "(queue_full, store_error, writer_exited, shutdown)", ["reason"],
-                                        registry=self.registry)
+                                        "(queue_full, store_error, writer_exited, journal_error, shutdown)",
+                                        ["reason"], registry=self.registry)
+        self.log_spilled_rows = Gauge("serving_prediction_log_spilled_rows", "prediction rows waiting in the journal "
+                                      "alone (the queue was full), read back as the queue drains",
+                                      registry=self.registry, multiprocess_mode="livesum")
         self.log_rejected_rows = Counter("serving_prediction_log_rejected_rows", "prediction rows the store refused, "
                                          "set aside in its rejected_predictions table", registry=self.registry)
         self.log_failing = Gauge("serving_prediction_log_failing", "1 while the prediction store cannot be written "
-                                 "(the writer retries it)", registry=self.registry)
+                                 "(the writer retries it)", registry=self.registry, multiprocess_mode="livemax")
         # each role's model calls (serving.rollout): champion, challenger (canary), shadow
         self.model_requests = Counter("serving_model_requests", "prediction requests, by the role of the model "
                                       "called", ["family", "role"], registry=self.registry)
@@ -53,24 +63,24 @@ class ServiceMetrics:
 
         # the service's own monitoring (serving.monitoring), recomputed every SERVING_MONITOR_SECONDS
         self.input_psi = Gauge("serving_input_psi", "sensor: PSI of recent windows' channel means against the served "
-                               "version's training reference", ["family", "channel"], registry=self.registry)
+                               "version's training reference", ["family", "channel"], registry=self.registry, multiprocess_mode="livemostrecent")
         self.input_ks = Gauge("serving_input_ks", "sensor: Kolmogorov-Smirnov statistic of recent windows' channel "
-                              "means against the training sample", ["family", "channel"], registry=self.registry)
+                              "means against the training sample", ["family", "channel"], registry=self.registry, multiprocess_mode="livemostrecent")
         self.monitor_items = Gauge("serving_monitor_items", "recent inputs (kind=inputs) and labelled outcomes "
                                    "(kind=outcomes) the monitoring figures are computed on", ["family", "kind"],
-                                   registry=self.registry)
+                                   registry=self.registry, multiprocess_mode="livemostrecent")
         self.out_of_domain = Gauge("serving_out_of_domain_share", "molecule: share of recent molecules outside the "
-                                   "applicability domain", ["family"], registry=self.registry)
+                                   "applicability domain", ["family"], registry=self.registry, multiprocess_mode="livemostrecent")
         self.nearest_similarity = Gauge("serving_nearest_similarity_mean", "molecule: mean Tanimoto similarity of "
                                         "recent molecules to their nearest training molecule", ["family"],
-                                        registry=self.registry)
+                                        registry=self.registry, multiprocess_mode="livemostrecent")
         self.outcome_metric = Gauge("serving_outcome_metric", "quality of the served version's recent labelled "
                                     "outcomes (brier, ece, pr_auc; rmse, coverage)", ["family", "metric"],
-                                    registry=self.registry)
+                                    registry=self.registry, multiprocess_mode="livemostrecent")
         self.monitor_alarm = Gauge("serving_monitor_alarm", "1 when a monitoring threshold is crossed (check: "
-                                   "input_drift, domain, calibration)", ["family", "check"], registry=self.registry)
+                                   "input_drift, domain, calibration)", ["family", "check"], registry=self.registry, multiprocess_mode="livemostrecent")
         self.monitor_computed = Gauge("serving_monitor_computed_timestamp_seconds", "when the monitoring figures "
-                                      "were last computed (Unix time)", ["family"], registry=self.registry)
+                                      "were last computed (Unix time)", ["family"], registry=self.registry, multiprocess_mode="livemostrecent")
 
     def show_monitoring(self, families: dict[str, dict]) -> None:
         """Set the monitoring gauges to serving.monitoring's figures per family (undefined ones are left out)."""
@@ -105,7 +115,35 @@ class ServiceMetrics:
                 put(self.monitor_computed, time.time(), family)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition text: this app's, or with PROMETHEUS_MULTIPROC_DIR every live worker's together."""
+        folder = os.environ.get(MULTIPROCESS_FOLDER)
+        if not folder:
+            return generate_latest(self.registry)
+        forget_dead_workers(Path(folder))
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=folder)
+        return generate_latest(registry)
+
+    def leave(self) -> None:
+        """This worker stops: its gauges leave the service's figures (its counts stay in them)."""
+        if os.environ.get(MULTIPROCESS_FOLDER):
+            mark_process_dead(os.getpid())
+
+
+MULTIPROCESS_FOLDER = "PROMETHEUS_MULTIPROC_DIR"
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
+
+
+def forget_dead_workers(folder: Path) -> None:
+    """Drop the gauges of workers that ended without leaving (killed outright), so that live-worker gauges count
+    live workers only."""
+    for pid in {int(m.group(1)) for path in folder.glob("gauge_live*.db") if (m := _LIVE_GAUGE_FILE.fullmatch(path.name))}:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            mark_process_dead(pid, str(folder))
+        except PermissionError:  # alive, another user's
+            pass
 
 
 class RequestMetrics:

@@ -15,6 +15,7 @@ import httpx
 import psutil
 import pytest
 from mlflow import MlflowClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from contract.registry import CHAMPION
 from tests.conftest import PROJECT_ROOT
@@ -86,9 +87,10 @@ def test_the_pipelines_prefect_server_ends_with_the_pipeline_killed_outright(tmp
         pipeline.kill()
 
 
-def test_a_reload_asked_of_one_worker_reaches_every_worker(tmp_path):
+def test_a_reload_asked_of_one_worker_reaches_every_worker_and_the_metrics_are_the_services(tmp_path):
     """Two workers, the registry polled hourly: after the champion moves and one worker is asked to reload, every
-    answer, whichever worker gives it, comes from the new version."""
+    answer, whichever worker gives it, comes from the new version; /metrics, whichever worker answers it, counts
+    every request of the service and shows the version served."""
     registry = build_registry(tmp_path / "registry", tiny_models(tmp_path / "models"))
     port, admin = free_port(), "admin-key"
     env = {**os.environ, "MLFLOW_TRACKING_URI": registry.uri, "SERVING_VERIFY_KEY": str(registry.verify_key),
@@ -114,6 +116,13 @@ def test_a_reload_asked_of_one_worker_reaches_every_worker(tmp_path):
         assert answer.status_code == 200, answer.text
         assert (answer.json()["workers"], answer.json()["lagging"]) == (2, []), answer.json()
         assert versions(20) == {"1"}
+        for _ in range(10):  # each scrape on a new connection: any worker may answer it
+            families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{url}/metrics", timeout=30).text)}
+            answered = sum(sample.value for sample in families["serving_requests"].samples if sample.name ==
+                           "serving_requests_total" and sample.labels["path"] == "/v1/sensor/predict")
+            served = {sample.value for sample in families["serving_model_version"].samples
+                      if sample.labels["name"] == SENSOR_NAME}
+            assert (answered, served) == (30, {1.0})
     finally:
         service.terminate()
         service.wait(timeout=BOUND_S)

@@ -12,13 +12,14 @@ import os
 import sqlite3
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
 from contract.prediction_store import (connect, engine_for, find_unit_times, insert_predictions, prune, read_outcomes,
                                        read_predictions, read_rejected, record_outcomes, resolve_url, utc_now,
                                        window_summaries)
-from serving.journal import Journal, Segment, read_records
+from serving.journal import Journal, Segment, locations
 from serving.log_writer import StoreWriter
 from serving.metrics import ServiceMetrics
 from serving.log_rows import Answered, MoleculesRecord, WindowsRecord
@@ -295,7 +296,7 @@ def test_a_record_is_on_disk_before_it_is_acknowledged_and_its_segment_goes_once
     writer.start()
     writer.submit(Rows("a", "b")).pending.durable.result(timeout=30)
     [segment] = list((tmp_path / "journal").glob("*.journal"))
-    [(payload, rows)] = read_records(orphaned_view(segment))
+    [(payload, rows)] = records_in(segment)
     assert rows == 2 and payload  # the record as it was queued
     assert writer.flush(timeout_s=60)
     writer.stop(timeout_s=10)
@@ -335,11 +336,16 @@ def test_a_record_cut_short_at_the_end_of_a_segment_is_left_out(tmp_path):
     journal.close()
     [path] = list(tmp_path.glob("*.journal"))
     path.write_bytes(path.read_bytes()[:-3])  # the process died while writing the last record
-    assert [payload for payload, _ in read_records(orphaned_view(path))] == [b"first"]
+    assert [payload for payload, _ in records_in(path)] == [b"first"]
 
 
-def orphaned_view(path) -> Segment:
-    return Segment(path, -1, closed=True)
+def records_in(path) -> list[tuple[bytes, int]]:
+    """The (pickled record, rows) of the journal segment at `path`."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return [(location.read(), location.rows) for location in locations(Segment(Path(path), fd, closed=True))]
+    finally:
+        os.close(fd)
 
 
 def test_a_journal_that_syncs_to_disk_writes_the_records_of_one_loop_turn_together(tmp_path):
@@ -352,7 +358,63 @@ def test_a_journal_that_syncs_to_disk_writes_the_records_of_one_loop_turn_togeth
         return pending
 
     pending = asyncio.run(answer_many())
-    assert all(p.durable.done() and p.segment is pending[0].segment for p in pending)
-    assert [payload for payload, _ in read_records(orphaned_view(pending[0].segment.path))] == [
+    assert all(p.durable.done() and p.location.segment is pending[0].location.segment for p in pending)
+    assert [payload for payload, _ in records_in(pending[0].location.segment.path)] == [
         f"r{i}".encode() for i in range(20)]
     journal.close()
+
+
+def spilled(metrics: ServiceMetrics) -> float:
+    return metrics.registry.get_sample_value("serving_prediction_log_spilled_rows")
+
+
+def test_records_beyond_a_full_queue_wait_in_the_journal_and_are_written_when_the_store_recovers(tmp_path):
+    """The store is down while 30 records come to a queue of 10 rows: none is dropped, the overflow waits in the
+    journal, and once the store can be written every record is, without a restart."""
+    blocker = tmp_path / "store"
+    blocker.write_text("not a folder")
+    url = f"sqlite:///{blocker / 'p.db'}"
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=10, retention_days=30, max_rows=1000,
+                         prune_every_s=3600, metrics=metrics, journal=Journal(tmp_path / "journal", "w"))
+    writer.start()
+    keys = [f"k{i}" for i in range(30)]
+    assert all(writer.submit(Rows(key)).queued for key in keys)
+    assert spilled(metrics) >= 20 and dropped(metrics, "queue_full") == 0
+    deadline = time.monotonic() + 30
+    while writer.failing is None:
+        assert time.monotonic() < deadline, "the writer never said the store was failing"
+        time.sleep(0.02)
+    blocker.unlink()
+    blocker.mkdir()
+    assert writer.flush(timeout_s=60)
+    writer.stop(timeout_s=10)
+    assert sorted(row["id"] for row in read_predictions(engine_for(url))) == sorted(keys)
+    assert spilled(metrics) == 0 and sum(dropped(metrics, reason) for reason in ("queue_full", "shutdown")) == 0
+    assert list((tmp_path / "journal").glob("*.journal")) == []
+
+
+def test_the_batches_of_a_writer_process_killed_while_the_store_was_down_are_read_back_from_the_journal(tmp_path):
+    blocker = tmp_path / "store"
+    blocker.write_text("not a folder")
+    url = f"sqlite:///{blocker / 'p.db'}"
+    metrics = ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=30, max_rows=1000,
+                         prune_every_s=3600, metrics=metrics, journal=Journal(tmp_path / "journal", "w"))
+    writer.start()
+    keys = [f"k{i}" for i in range(5)]
+    for key in keys:
+        writer.submit(Rows(key))
+    deadline = time.monotonic() + 30
+    while writer.failing is None:  # the writer holds the batch and retries the store
+        assert time.monotonic() < deadline, "the writer never said the store was failing"
+        time.sleep(0.02)
+    writer._process.kill()
+    writer._process.wait(timeout=30)
+    blocker.unlink()
+    blocker.mkdir()
+    assert writer.submit(Rows("after")).queued and writer.flush(timeout_s=60)
+    writer.stop(timeout_s=10)
+    assert sorted(row["id"] for row in read_predictions(engine_for(url))) == sorted([*keys, "after"])
+    assert dropped(metrics, "writer_exited") == 0
+    assert list((tmp_path / "journal").glob("*.journal")) == []
