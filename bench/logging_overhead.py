@@ -251,12 +251,12 @@ def main() -> None:
             {"on and shadow": stored_rows(store)}
         in_process, journal_share = {}, {}
         for model in info["models"]:  # with and without the journal, alternating: the median of each
-            runs = {with_journal: [] for with_journal in (True, False)}
+            cpu_runs = {with_journal: [] for with_journal in (True, False)}
             for _ in range(3):
-                for with_journal in runs:
-                    runs[with_journal].append(log_cpu_ms(model, args.in_process, scratch, with_journal))
-            in_process[model["family"]] = statistics.median(runs[True])
-            journal_share[model["family"]] = in_process[model["family"]] - statistics.median(runs[False])
+                for with_journal in cpu_runs:
+                    cpu_runs[with_journal].append(log_cpu_ms(model, args.in_process, scratch, with_journal))
+            in_process[model["family"]] = statistics.median(cpu_runs[True])
+            journal_share[model["family"]] = in_process[model["family"]] - statistics.median(cpu_runs[False])
     shutil.rmtree(scratch)
 
     summary = []
