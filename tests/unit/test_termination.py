@@ -109,3 +109,22 @@ def test_a_stage_ends_when_what_started_it_is_killed_outright():
         assert _left_running(waiting, stage) == []
     finally:
         starter.kill()
+
+
+def test_a_stage_whose_starter_is_killed_during_its_imports_never_runs(tmp_path):
+    """`python -m flows.stages.<stage>` ends with what started it from its first moment: its starter killed while
+    it still imports (seconds), it never gets as far as reading its params file (which would fail with a message)."""
+    errors = tmp_path / "stage.err"
+    starter = _start("import os, subprocess, sys, time; "
+                     f"stage = subprocess.Popen([sys.executable, '-m', 'flows.stages.prepare', 'sensor', '--params', "
+                     f"'missing.yaml'], cwd={str(tmp_path)!r}, stderr=open({str(errors)!r}, 'w'), "
+                     f"env=dict(os.environ, PYTHONPATH={str(PROJECT_ROOT)!r})); "
+                     "time.sleep(0.3); print(stage.pid, flush=True); time.sleep(60)")  # the stage is importing
+    try:
+        stage = int(starter.stdout.readline())
+        starter.kill()
+        starter.wait(timeout=BOUND_S)
+        assert _left_running(stage) == []
+        assert errors.read_text() == ""  # ended by the signal during its imports, not by the missing params file
+    finally:
+        starter.kill()
