@@ -23,6 +23,26 @@ class CardError(RuntimeError):
     """A model card that is missing or cannot be read."""
 
 
+class GraphSize(BaseModel):
+    bytes: int = Field(ge=0)
+    nodes: int = Field(ge=0, description="operator nodes, local functions' included")
+    parameters: int = Field(ge=0)
+
+
+class ServingCost(BaseModel):
+    """What one prediction costs to serve, measured at export (models/serving_cost.py): milliseconds per item of
+    featurisation, of the model call and their total, keyed `batch_1` and `batch_64`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    featurize_ms_per_item: dict[str, float]
+    model_ms_per_item: dict[str, float]
+    total_ms_per_item: dict[str, float]
+    graph: GraphSize
+    threads: int = Field(ge=1, description="ONNX Runtime intra-op threads while measuring")
+    machine: str
+
+
 class ModelCard(BaseModel):
     """What every family's card holds; a family's card adds its own fields (further fields are kept as written)."""
 
@@ -35,6 +55,7 @@ class ModelCard(BaseModel):
     test_metrics: dict[str, float | None] = Field(default_factory=dict)
     val_metrics: dict[str, float | None] = Field(default_factory=dict)
     calibration_error: float | None = None
+    serving_cost: ServingCost | None = Field(None, description="none in cards exported before it was measured")
 
     def identity_inputs(self) -> Any:
         """What the model reads, for its task identity."""

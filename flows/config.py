@@ -51,6 +51,25 @@ GATE_METRICS: dict[str, dict[str, Literal["max", "min"]]] = {
 TASK_METRIC = {"classification": "pr_auc", "regression": "rmse"}
 
 
+class ServingBudget(StrictModel):
+    """The most a prediction may cost to serve, in milliseconds per item (featurisation and the model call, as the
+    model card's `serving_cost` measured it at export); null: no bound."""
+
+    batch_1: float | None = Field(None, gt=0, description="one item per call (a single client's latency)")
+    batch_64: float | None = Field(None, gt=0, description="per item in calls of 64 (throughput)")
+
+    def exceeded(self, cost: dict | None) -> str | None:
+        """Why `cost` (a card's serving_cost; None: not measured) is over this budget, in one line, or None."""
+        if cost is None:
+            return None
+        for key, bound in (("batch_1", self.batch_1), ("batch_64", self.batch_64)):
+            spent = cost["total_ms_per_item"].get(key)
+            if bound is not None and spent is not None and spent > bound:
+                return (f"serving cost {spent:.2f} ms per item at {key.replace('_', ' ')} exceeds "
+                        f"registry.serving_budget_ms.{key} = {bound:g} (measured at export on {cost['machine']})")
+        return None
+
+
 class RegistryConfig(StrictModel):
     """The registered model and the gate a new version passes to become `champion`."""
 
@@ -66,6 +85,8 @@ class RegistryConfig(StrictModel):
                                      "of the same run (within tolerance)")
     min_positives: int = Field(10, ge=1, description="classification: test positives needed to judge at all (a "
                                "constant predictor at the prior passes an ECE bound on a handful)")
+    serving_budget_ms: ServingBudget = Field(default_factory=ServingBudget, description="a version that costs more "
+                                             "to serve is not promoted, however well it scores")
 
     def for_task(self, task: str) -> RegistryConfig:
         """This gate, judging a `task` model (the settings stay as written); ValueError naming the setting when the

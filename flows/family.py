@@ -64,15 +64,17 @@ class FinetuneData:
 
 @dataclass
 class Exported:
-    """What export made besides model.onnx: the model card (without `onnx_sha256`), the training reference of the
-    monitor (contract/reference.py), the test predictions (one row per item), MLflow metrics besides the card's and
-    a line."""
+    """What export made besides model.onnx: the model card (without `onnx_sha256` and `serving_cost`), the training
+    reference of the monitor (contract/reference.py), the test predictions (one row per item), MLflow metrics besides
+    the card's, a line, and raw test items as a client sends them (windows, SMILES), which the serving cost is
+    measured on (models/serving_cost.py)."""
 
     card: dict
     reference: Any
     predictions: pd.DataFrame
     metrics: dict[str, float]
     message: str
+    serving_items: Any
 
 
 class PipelineFamily(ABC):
@@ -153,6 +155,11 @@ class PipelineFamily(ABC):
     @abstractmethod
     def export(self, cfg) -> Exported:
         """Write `paths.onnx` (parity-checked against the network) and evaluate it on test."""
+
+    @abstractmethod
+    def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
+        """The served model's predictor on the CPU (models/predictors.py), with `featurize(items)` and
+        `run_features(features)` (models/serving_cost.py); `threads`: ONNX Runtime's intra-op threads."""
 
     @abstractmethod
     def signature(self, card: dict):

@@ -20,8 +20,8 @@ from data.config import StrictModel
 from flows._environment import workspace
 from data.molecules.config import MoleculeDataConfig
 from data.sensors.config import SensorDataConfig
-from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig, TrackingConfig,
-                          TuneConfig)
+from flows.config import (ExportConfig, MonitorConfig, OrchestrationConfig, RegistryConfig, SensorExportConfig,
+                          ServingBudget, TrackingConfig, TuneConfig)
 from models.molecule.config import (
     MoleculeBaselineConfig,
     MoleculeCalibrateConfig,
@@ -60,7 +60,8 @@ class SensorParams(StrictModel):
     tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=SENSOR_TUNE_SPACE))
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
-        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["sensor"], max_calibration_error=0.1)
+        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["sensor"], max_calibration_error=0.1,
+                                               serving_budget_ms=ServingBudget(batch_1=20, batch_64=5))
     )
 
     @model_validator(mode="after")
@@ -79,7 +80,8 @@ class MoleculeParams(StrictModel):
     tune: TuneConfig = Field(default_factory=lambda: TuneConfig(space=MOLECULE_TUNE_SPACE))
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
-        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["molecule"], max_calibration_error=0.15)
+        default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["molecule"], max_calibration_error=0.15,
+                                               serving_budget_ms=ServingBudget(batch_1=100, batch_64=60))
     )
 
     @model_validator(mode="after")

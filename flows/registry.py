@@ -42,17 +42,21 @@ def _at_least_as_good(cfg: RegistryConfig, value: float, other: float) -> bool:
 def decide(
     cfg: RegistryConfig, challenger: dict[str, float], champion: dict[str, float] | None, calibration_error: float,
     compare_calibration: bool = False, baseline: dict[str, float] | None = None, test_positives: int | None = None,
+    serving_cost: dict | None = None,
 ) -> Decision:
     """The promotion gate: calibration within bounds and primary metric at least as good as the
     champion's on the same test split (within `cfg.tolerance`). `compare_calibration` (a recalibration): the
     calibration error must also be lower than the champion's `calibration_error` on the same data.
 
     baseline: the test metrics of the same run's baseline; with `cfg.must_beat_baseline` the primary metric must be
-    at least as good as its. test_positives (classification): fewer than `cfg.min_positives` and nothing is judged."""
+    at least as good as its. test_positives (classification): fewer than `cfg.min_positives` and nothing is judged.
+    serving_cost (the card's): over `cfg.serving_budget_ms` and nothing else is judged."""
     metric = cfg.metric
     value = challenger.get(metric, float("nan"))
     reasons: list[str] = []
     promote = True
+    if (over_budget := cfg.serving_budget_ms.exceeded(serving_cost)) is not None:
+        return Decision(False, [over_budget])
     if not math.isfinite(value):
         return Decision(False, [f"challenger {metric} is {value}"])
     if test_positives is not None and test_positives < cfg.min_positives:
@@ -187,7 +191,7 @@ def register_and_gate(
         decision = Decision(False, [refusal])
     else:
         decision = decide(cfg, card["test_metrics"], champion, card["calibration_error"], compare_calibration,
-                          baseline, test_positives)
+                          baseline, test_positives, card.get("serving_cost"))
         decision.reasons[:0] = notes
     apply_decision(cfg, version, decision, actor(f"flows.stages.register {card['family']}"))
     mlflow.log_dict({"promoted": decision.promote, "reasons": decision.reasons}, "promotion.json")

@@ -44,11 +44,13 @@ def _preload_cuda_libraries() -> None:
         ort.preload_dlls()
 
 
-def load_session(path: str | Path, prefer_cuda: bool = True) -> tuple[ort.InferenceSession, str]:
-    """An inference session for `path` and the provider it actually runs on."""
+def load_session(path: str | Path, prefer_cuda: bool = True, threads: int | None = None
+                 ) -> tuple[ort.InferenceSession, str]:
+    """An inference session for `path` and the provider it actually runs on; `threads`: its intra-op threads (None:
+    as set by `set_intra_op_threads`)."""
     options = ort.SessionOptions()
     options.log_severity_level = _ERRORS
-    options.intra_op_num_threads = _intra_op_threads
+    options.intra_op_num_threads = _intra_op_threads if threads is None else threads
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if _intra_op_spinning else "0")
     providers = ["CPUExecutionProvider"]
     if prefer_cuda and "CUDAExecutionProvider" in ort.get_available_providers():

@@ -45,9 +45,9 @@ class SensorPredictor:
     training fleet's normal. `reference(windows)` fits a unit's reference from its healthy windows.
     """
 
-    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
+    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True, threads: int | None = None):
         self.card = card
-        self.session, self.provider = load_session(onnx_path, prefer_cuda)
+        self.session, self.provider = load_session(onnx_path, prefer_cuda, threads)
         self.featurizer = WindowFeaturizer.from_dict(card["featurizer"])
         self.threshold = float(card["threshold"])
         novelty = card.get("novelty")
@@ -85,7 +85,15 @@ class SensorPredictor:
                 "reference_log_error": np.array([r.log_error for r in chosen], dtype=np.float32)}
 
     def _run(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None) -> dict[str, np.ndarray]:
-        return run(self.session, self.graph_inputs(windows, references))
+        return self.run_features(self.graph_inputs(windows, references))
+
+    def featurize(self, windows: np.ndarray) -> dict[str, np.ndarray]:
+        """Raw windows (n, C, T) -> the graph's inputs against the fleet's reference (models/serving_cost.py)."""
+        return self.graph_inputs(windows)
+
+    def run_features(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's outputs by name for its inputs."""
+        return run(self.session, inputs)
 
     def predict(self, windows: np.ndarray, references: Sequence[UnitReference | None] | None = None
                 ) -> dict[str, np.ndarray]:
@@ -135,7 +143,7 @@ class MoleculePredictor:
     error message instead; the others are still answered.
     """
 
-    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
+    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True, threads: int | None = None):
         if card.get("featurizer_version") != FEATURIZER_VERSION:
             raise IncompatibleModelError(
                 f"model needs featurizer version {card.get('featurizer_version')}, this code has {FEATURIZER_VERSION}"
@@ -144,20 +152,30 @@ class MoleculePredictor:
         self.task = card["task"]
         self.smiles_only = bool(card.get("smiles_only", False))
         self.tokenizer = SmilesTokenizer.from_dict(card["tokenizer"])
-        self.session, self.provider = load_session(onnx_path, prefer_cuda)
+        self.session, self.provider = load_session(onnx_path, prefer_cuda, threads)
+
+    def featurize(self, smiles: Sequence[str]) -> list[MolGraph | str]:
+        """Each SMILES's featurised molecule, or the message saying why it has none."""
+        featurized = []
+        with one_blas_thread():
+            for item in smiles:
+                try:
+                    featurized.append(featurize_or_smiles_view(item))
+                except DataValidationError as error:
+                    featurized.append(str(error))
+        return featurized
+
+    def run_features(self, featurized: list[MolGraph | str]) -> dict[str, np.ndarray | list]:
+        """`predict_graphs` of the molecules `featurize` could make (models/serving_cost.py)."""
+        graphs = [g for g in featurized if not isinstance(g, str)]
+        return self.predict_graphs(graphs) if graphs else {}
 
     def predict(self, smiles: list[str]) -> dict[str, np.ndarray | list]:
         """Returns `prediction` and `uncertainty` (n,) float (NaN where not answered), `error` (n,) str or None and
         `modality` (n,) `fused`, `graph_only`, `smiles_only` or None (not answered)."""
-        graphs, errors = [], []
-        with one_blas_thread():
-            for item in smiles:
-                try:
-                    graphs.append(featurize_or_smiles_view(item))
-                    errors.append(None)
-                except DataValidationError as error:
-                    graphs.append(None)
-                    errors.append(str(error))
+        featurized = self.featurize(smiles)
+        graphs = [None if isinstance(g, str) else g for g in featurized]
+        errors = [g if isinstance(g, str) else None for g in featurized]
         prediction = np.full(len(smiles), np.nan, dtype=np.float32)
         uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
         modality = np.full(len(smiles), None, dtype=object)

@@ -181,6 +181,11 @@ class MoleculeFamily(PipelineFamily):
 
         return export_model(cfg, self.paths, load_molecules())
 
+    def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
+        from models.predictors import MoleculePredictor
+
+        return MoleculePredictor(onnx_path, card, prefer_cuda=False, threads=threads)
+
     def signature(self, card: dict):
         """Dynamic numbers of atoms, bonds, molecules, atom slots and SMILES tokens."""
         from mlflow.models import ModelSignature

@@ -163,6 +163,11 @@ class SensorFamily(PipelineFamily):
 
         return export_model(cfg, self.paths, load_windows())
 
+    def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
+        from models.predictors import SensorPredictor
+
+        return SensorPredictor(onnx_path, card, prefer_cuda=False, threads=threads)
+
     def signature(self, card: dict):
         """Dynamic batch and time; the featurizer's feature channels (values, relative values with relative channels,
         then observed-masks); with the novelty score, each window's unit reference (its D description dimensions)

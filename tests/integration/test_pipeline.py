@@ -12,6 +12,7 @@ from sklearn.metrics import average_precision_score
 import yaml
 from mlflow import MlflowClient
 
+from contract.card import ServingCost
 from contract.manifest import load_verify_key, sha256_file
 from contract.reference import read_reference
 from contract.registry import download_verified
@@ -91,6 +92,9 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
     for family in ("sensor", "molecule"):
+        cost = ServingCost.model_validate(cards[family]["serving_cost"])  # what a prediction costs, measured at export
+        assert cost.graph.bytes == (root / "artifacts" / family / "export" / "model.onnx").stat().st_size
+        assert all(cost.total_ms_per_item[key] > cost.featurize_ms_per_item[key] > 0 for key in ("batch_1", "batch_64"))
         assert cards[family]["mask_passes"] == cards[family]["calibration"]["mask_passes"] == 2
         # the passes are in the graph (the members' FixedMaskPasses weights) as fixed masks: nothing is drawn at run time
         graph = onnx.load(str(root / "artifacts" / family / "export" / "model.onnx")).graph

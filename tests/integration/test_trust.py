@@ -17,7 +17,10 @@ from fastapi.testclient import TestClient
 from mlflow import MlflowClient
 
 from contract.registry import CHAMPION, audit_trail
+from flows.config import ServingBudget
 from flows.registry import register_and_gate
+from models.predictors import SensorPredictor
+from models.serving_cost import THREADS, serving_cost
 from serving.app import create_app
 from serving.settings import ServingSettings
 from serving.served_models import ServedModels
@@ -174,3 +177,22 @@ def test_a_sensor_model_of_other_channels_is_refused_not_a_crash(tmp_path):
             outcomes.append(register_and_gate(SENSOR_GATE, each, models.good_sensor, None, crash, tmp_path / "k.key"))
     assert not outcomes[1]["promoted"]
     assert "from 1 channels (vibration)" in outcomes[1]["reasons"][0] and "not comparable" in outcomes[1]["reasons"][0]
+
+
+def test_a_version_over_its_serving_budget_is_registered_but_not_promoted(tmp_path):
+    """The card's serving cost, measured at export on the tiny sensor model itself, against a budget it exceeds."""
+    models = tiny_models(tmp_path.parent / "models")
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = mlflow.create_experiment("budget", artifact_location=(tmp_path / "artifacts").as_uri())
+    predictor = SensorPredictor(models.good_sensor, models.sensor_card, prefer_cuda=False, threads=THREADS)
+    card = {**models.sensor_card, "test_metrics": {"pr_auc": 0.9}, "calibration_error": 0.0,
+            "serving_cost": serving_cost(predictor, models.test_windows, models.good_sensor)}
+    spent = card["serving_cost"]["total_ms_per_item"]["batch_1"]
+    budget = SENSOR_GATE.model_copy(update={"serving_budget_ms": ServingBudget(batch_1=spent / 2)})
+    with mlflow.start_run(experiment_id=experiment):
+        outcome = register_and_gate(budget, card, models.good_sensor, None, lambda *_: {}, tmp_path / "k.key")
+    assert not outcome["promoted"] and outcome["registered_version"] == 1
+    assert outcome["reasons"] == [f"serving cost {spent:.2f} ms per item at batch 1 exceeds "
+                                  f"registry.serving_budget_ms.batch_1 = {spent / 2:g} (measured at export on "
+                                  f"{card['serving_cost']['machine']})"]
+    assert MlflowClient().get_registered_model(SENSOR_NAME).aliases == {"challenger": 1}  # no champion

@@ -1,6 +1,6 @@
 """The promotion gate decides on metrics alone: tested without a registry."""
 
-from flows.config import RegistryConfig
+from flows.config import RegistryConfig, ServingBudget
 from flows.registry import decide
 
 MAX = RegistryConfig(model_name="m", primary_metric="pr_auc", mode="max", tolerance=0.01, max_calibration_error=0.1)
@@ -60,3 +60,21 @@ def test_a_constant_predictor_on_a_handful_of_positives_is_not_judged():
     decision = decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=3)
     assert not decision.promote and "3 positives, fewer than min_positives = 10" in decision.reasons[0]
     assert decide(MAX, {"pr_auc": 0.99}, None, 0.0, test_positives=10).promote
+
+
+def cost(batch_1: float, batch_64: float) -> dict:
+    return {"total_ms_per_item": {"batch_1": batch_1, "batch_64": batch_64}, "machine": "the exporting machine"}
+
+
+def test_a_version_over_its_serving_budget_is_refused_in_one_line_however_well_it_scores():
+    budgeted = MAX.model_copy(update={"serving_budget_ms": ServingBudget(batch_1=10, batch_64=2)})
+    decision = decide(budgeted, {"pr_auc": 0.99}, {"pr_auc": 0.5}, 0.01, serving_cost=cost(12.5, 1.0))
+    assert not decision.promote
+    assert decision.reasons == ["serving cost 12.50 ms per item at batch 1 exceeds registry.serving_budget_ms.batch_1 "
+                                "= 10 (measured at export on the exporting machine)"]
+    assert "batch 64 exceeds registry.serving_budget_ms.batch_64 = 2" in decide(
+        budgeted, {"pr_auc": 0.99}, None, 0.01, serving_cost=cost(5, 2.5)).reasons[0]
+    assert decide(budgeted, {"pr_auc": 0.99}, {"pr_auc": 0.5}, 0.01, serving_cost=cost(10, 2)).promote  # at the bound
+    assert decide(budgeted, {"pr_auc": 0.99}, None, 0.01, serving_cost=None).promote  # a card from before: not measured
+    unbounded = MAX.model_copy(update={"serving_budget_ms": ServingBudget(batch_1=None, batch_64=None)})
+    assert decide(unbounded, {"pr_auc": 0.99}, None, 0.01, serving_cost=cost(1e6, 1e6)).promote

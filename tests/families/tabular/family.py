@@ -184,7 +184,13 @@ class TabularFamily(PipelineFamily):
         predictions = pd.DataFrame({"target": y, "prediction": np.round(value, 6),
                                     "uncertainty": np.round(uncertainty, 6)})
         reference = {"feature_mean": np.asarray(state["x_mean"]), "feature_std": np.asarray(state["x_std"])}
-        return Exported(card, reference, predictions, {}, f"tabular model exported: {card['test_metrics']}")
+        return Exported(card, reference, predictions, {}, f"tabular model exported: {card['test_metrics']}",
+                        splits["test"][state["columns"]].to_numpy(np.float32))
+
+    def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
+        from tests.families.tabular.serving import TabularPredictor
+
+        return TabularPredictor(onnx_path, card, prefer_cuda=False, threads=threads)
 
     def _run(self, onnx_path: Path, x: np.ndarray) -> list[np.ndarray]:
         out = run(load_session(onnx_path, prefer_cuda=False)[0], {"features": x})

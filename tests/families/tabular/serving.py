@@ -29,12 +29,18 @@ class TabularCard(ModelCard):
 class TabularPredictor:
     """Rows (n, k) float32 of the card's columns -> value and uncertainty (n,)."""
 
-    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True):
+    def __init__(self, onnx_path: str | Path, card: dict, prefer_cuda: bool = True, threads: int | None = None):
         self.card = card
-        self.session, self.provider = load_session(onnx_path, prefer_cuda)
+        self.session, self.provider = load_session(onnx_path, prefer_cuda, threads)
 
     def predict(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        return run(self.session, {"features": rows})
+        return self.run_features(self.featurize(rows))
+
+    def featurize(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        return {"features": np.asarray(rows, dtype=np.float32)}
+
+    def run_features(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return run(self.session, inputs)
 
 
 class TabularRequest(BaseModel):
