@@ -53,7 +53,7 @@ TASK_METRIC = {"classification": "pr_auc", "regression": "rmse"}
 
 class ServingBudget(StrictModel):
     """The most a prediction may cost to serve, in milliseconds per item (featurisation and the model call, as the
-    model card's `serving_cost` measured it at export); null: no bound."""
+    registered card's `serving_cost` measured it); null: no bound."""
 
     batch_1: float | None = Field(None, gt=0, description="one item per call (a single client's latency)")
     batch_64: float | None = Field(None, gt=0, description="per item in calls of 64 (throughput)")
@@ -66,7 +66,7 @@ class ServingBudget(StrictModel):
             spent = cost["total_ms_per_item"].get(key)
             if bound is not None and spent is not None and spent > bound:
                 return (f"serving cost {spent:.2f} ms per item at {key.replace('_', ' ')} exceeds "
-                        f"registry.serving_budget_ms.{key} = {bound:g} (measured at export on {cost['machine']})")
+                        f"registry.serving_budget_ms.{key} = {bound:g} (measured on {cost['machine']})")
         return None
 
 

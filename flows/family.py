@@ -64,17 +64,15 @@ class FinetuneData:
 
 @dataclass
 class Exported:
-    """What export made besides model.onnx: the model card (without `onnx_sha256` and `serving_cost`), the training
-    reference of the monitor (contract/reference.py), the test predictions (one row per item), MLflow metrics besides
-    the card's, a line, and raw test items as a client sends them (windows, SMILES), which the serving cost is
-    measured on (models/serving_cost.py)."""
+    """What export made besides model.onnx: the model card (without `onnx_sha256`), the training reference of the
+    monitor (contract/reference.py), the test predictions (one row per item), MLflow metrics besides the card's and
+    a line."""
 
     card: dict
     reference: Any
     predictions: pd.DataFrame
     metrics: dict[str, float]
     message: str
-    serving_items: Any
 
 
 class PipelineFamily(ABC):
@@ -160,6 +158,11 @@ class PipelineFamily(ABC):
     def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
         """The served model's predictor on the CPU (models/predictors.py), with `featurize(items)` and
         `run_features(features)` (models/serving_cost.py); `threads`: ONNX Runtime's intra-op threads."""
+
+    @abstractmethod
+    def serving_items(self, prepared, card: dict) -> Any:
+        """Test items as a client sends them to the model of `card` (raw windows (n, C, T), SMILES), to measure the
+        serving cost on."""
 
     @abstractmethod
     def signature(self, card: dict):

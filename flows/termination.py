@@ -77,10 +77,13 @@ def run_stoppable() -> None:
 
 def _guard(group: int) -> None:
     """Fork a watcher that kills process group `group` (the stage and its helpers) when this process ends in any
-    way, SIGKILL included: it sleeps until its parent-death signal, then kills the group and exits."""
+    way, SIGKILL included: it sleeps until its parent-death signal, then kills the group and exits. The watcher is
+    in a process group of its own: a kill of this process's group (a pipeline killed whole) must not take it along
+    before it has done its work."""
     waiting = os.getpid()
     if os.fork() != 0:
         return
+    os.setpgid(0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the waiting process, which stops the stage
     devnull = os.open(os.devnull, os.O_RDWR)
     for stream in (0, 1, 2):  # what reads the stage's output sees its end when the stage ends, not the watcher's

@@ -1,7 +1,8 @@
-"""What one prediction costs to serve, measured where a model is exported and kept in its card: featurisation and
-the model call per item at batch 1 and at batch 64 (median of repeated calls on items the predictor has not seen,
-one ONNX Runtime thread, on the CPU), the graph's size, and the machine it was measured on. The promotion gate
-compares it with `<family>.registry.serving_budget_ms` (flows/registry.py)."""
+"""What one prediction costs to serve, measured by the register stage and kept in the card it registers:
+featurisation and the model call per item at batch 1 and at batch 64 (median of repeated calls on items the
+predictor has not seen, one ONNX Runtime thread, on the CPU), the graph's size, and the machine it was measured on.
+The promotion gate compares it with `<family>.registry.serving_budget_ms` (flows/registry.py). It is not in the
+exported card: a timing would make the export stage's outputs differ from run to run (docs/decisions/0020)."""
 
 from __future__ import annotations
 

@@ -186,6 +186,9 @@ class MoleculeFamily(PipelineFamily):
 
         return MoleculePredictor(onnx_path, card, prefer_cuda=False, threads=threads)
 
+    def serving_items(self, prepared, card: dict) -> list[str]:
+        return list(prepared.splits["test"]["smiles"])
+
     def signature(self, card: dict):
         """Dynamic numbers of atoms, bonds, molecules, atom slots and SMILES tokens."""
         from mlflow.models import ModelSignature

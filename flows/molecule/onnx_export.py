@@ -110,4 +110,4 @@ def export_model(cfg, paths: StagePaths, prepared) -> Exported:
                                 "uncertainty": np.round(out["uncertainty"], 6)})
     return Exported(card, molecule_reference(list(prepared.splits["train"]["smiles"])), predictions, {},
                     f"molecule model exported (parity {max_diff:.1e}); test metrics "
-                    f"{ {k: round(v, 4) for k, v in metrics.items()} }", list(test["smiles"]))
+                    f"{ {k: round(v, 4) for k, v in metrics.items()} }")

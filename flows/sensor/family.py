@@ -168,6 +168,9 @@ class SensorFamily(PipelineFamily):
 
         return SensorPredictor(onnx_path, card, prefer_cuda=False, threads=threads)
 
+    def serving_items(self, prepared, card: dict) -> np.ndarray:
+        return prepared.windows["test"].X
+
     def signature(self, card: dict):
         """Dynamic batch and time; the featurizer's feature channels (values, relative values with relative channels,
         then observed-masks); with the novelty score, each window's unit reference (its D description dimensions)

@@ -155,7 +155,7 @@ def export_model(cfg, paths: StagePaths, prepared) -> Exported:
     predictions = pd.DataFrame({"unit": test.unit, "time": test.time, "label": test.y,
                                 **{name: np.round(out[name], 6) for name in ("probability", "uncertainty", *parts)}})
     return Exported(card, sensor_reference(prepared.windows["train"].X, prepared.channels), predictions,
-                    logged_metrics(card), message(card), test.X)
+                    logged_metrics(card), message(card))
 
 
 def logged_metrics(card: dict) -> dict[str, float]:

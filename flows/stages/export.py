@@ -1,6 +1,6 @@
 """Stage `<family>_export`: the calibrated ensemble to ONNX (the calibration inside the graph), checked against
-PyTorch, evaluated on test, its serving cost measured (models/serving_cost.py); the model card, the monitor's
-training reference (contract/reference.py) and the test predictions."""
+PyTorch, evaluated on test; the model card, the monitor's training reference (contract/reference.py) and the test
+predictions."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from flows.json_io import write_json
 from flows.params import load_params
 from flows.tasks import stage_cli
 from flows.tracking import stage_run
-from models.serving_cost import THREADS, cost_line, cost_metrics, serving_cost
 from models.uncertainty_quality import uncertainty_metrics
 
 
@@ -25,9 +24,7 @@ def export(family: str, params_file: str = "params.yaml") -> dict:
     parts = pipeline_family(family)
     paths, cfg = parts.paths, parts.settings(params)
     exported = parts.export(cfg)
-    cost = serving_cost(parts.predictor(paths.onnx, exported.card, threads=THREADS), exported.serving_items,
-                        paths.onnx)
-    card = {**exported.card, "serving_cost": cost, "onnx_sha256": sha256_file(paths.onnx)}
+    card = {**exported.card, "onnx_sha256": sha256_file(paths.onnx)}
     write_json(paths.model_card, card)
     write_reference(paths.reference, exported.reference)
     paths.predictions.parent.mkdir(parents=True, exist_ok=True)
@@ -36,11 +33,9 @@ def export(family: str, params_file: str = "params.yaml") -> dict:
         mlflow.log_metrics({"parity_max_abs_diff": card["parity_max_abs_diff"],
                             **{f"test_{k}": v for k, v in card["test_metrics"].items()},
                             **{f"val_{k}": v for k, v in card["val_metrics"].items()},
-                            **uncertainty_metrics(card["uncertainty_quality"]), **exported.metrics,
-                            **cost_metrics(cost)})
+                            **uncertainty_metrics(card["uncertainty_quality"]), **exported.metrics})
         mlflow.log_artifact(str(paths.model_card))
     print(exported.message)
-    print(f"{family}: {cost_line(cost)}")
     return card
 
 

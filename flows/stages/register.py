@@ -1,5 +1,6 @@
-"""Stage `<family>_register`: a new signed registry version, the promotion gate, metrics/<family>.json (the
-decision) and metrics/<family>/ (test metrics per model)."""
+"""Stage `<family>_register`: the model's serving cost measured on this machine (models/serving_cost.py) and added
+to the card it registers, a new signed registry version, the promotion gate, metrics/<family>.json (the decision)
+and metrics/<family>/ (test metrics per model)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from flows.params import load_params
 from flows.registry import register_and_gate
 from flows.tasks import io_task, stage_cli
 from flows.tracking import signing_key, stage_run
+from models.serving_cost import THREADS, cost_line, cost_metrics, serving_cost
 
 
 @io_task(name="register-and-gate")
@@ -38,17 +40,21 @@ def register(family: str, params_file: str = "params.yaml", new_task: bool = Fal
     card, baseline = read_json(paths.model_card), read_json(paths.baseline)
     others = baseline.get("baselines", [baseline])
     prepared = parts.load_prepared()
+    cost = serving_cost(parts.predictor(paths.onnx, card, threads=THREADS), parts.serving_items(prepared, card),
+                        paths.onnx)
+    card = {**card, "serving_cost": cost}  # the registered card's, beside the exported one (which stays reproducible)
+    print(f"{family}: {cost_line(cost)}")
     with stage_run(params.tracking, family, "register", {"registry": registry.model_dump()}, {family: paths.prepared}):
         outcome = register_task(parts, registry, signing_key(params.tracking), card, prepared, new_task,
                                 baseline["test"])
-        mlflow.log_metrics({f"test_{k}": v for k, v in card["test_metrics"].items()})
+        mlflow.log_metrics({**{f"test_{k}": v for k, v in card["test_metrics"].items()}, **cost_metrics(cost)})
         mlflow.log_metrics({f"baseline_test_{k}": v for k, v in baseline["test"].items()})
         for other in others:
             mlflow.log_metrics({f"baseline_{other['name']}_test_{k}": v for k, v in other["test"].items()})
         for figure in parts.test_figures(prepared, card, baseline):
             mlflow.log_artifact(str(figure))
     # `baseline`: the one the gate compares with (what the summary table shows); `baselines`: every baseline
-    summary = {"model": card["test_metrics"], "model_val": card["val_metrics"],
+    summary = {"model": card["test_metrics"], "model_val": card["val_metrics"], "serving_cost": cost,
                "baseline": {"name": baseline["name"], **baseline["test"]},
                "baselines": {o["name"]: o["test"] for o in others}, **outcome}
     write_json(paths.metrics, summary)

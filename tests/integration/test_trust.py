@@ -180,7 +180,8 @@ def test_a_sensor_model_of_other_channels_is_refused_not_a_crash(tmp_path):
 
 
 def test_a_version_over_its_serving_budget_is_registered_but_not_promoted(tmp_path):
-    """The card's serving cost, measured at export on the tiny sensor model itself, against a budget it exceeds."""
+    """The serving cost of the tiny sensor model itself, measured as the register stage does, against a budget it
+    exceeds."""
     models = tiny_models(tmp_path.parent / "models")
     mlflow.set_tracking_uri(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = mlflow.create_experiment("budget", artifact_location=(tmp_path / "artifacts").as_uri())
@@ -193,6 +194,6 @@ def test_a_version_over_its_serving_budget_is_registered_but_not_promoted(tmp_pa
         outcome = register_and_gate(budget, card, models.good_sensor, None, lambda *_: {}, tmp_path / "k.key")
     assert not outcome["promoted"] and outcome["registered_version"] == 1
     assert outcome["reasons"] == [f"serving cost {spent:.2f} ms per item at batch 1 exceeds "
-                                  f"registry.serving_budget_ms.batch_1 = {spent / 2:g} (measured at export on "
+                                  f"registry.serving_budget_ms.batch_1 = {spent / 2:g} (measured on "
                                   f"{card['serving_cost']['machine']})"]
     assert MlflowClient().get_registered_model(SENSOR_NAME).aliases == {"challenger": 1}  # no champion

@@ -63,7 +63,7 @@ def test_a_constant_predictor_on_a_handful_of_positives_is_not_judged():
 
 
 def cost(batch_1: float, batch_64: float) -> dict:
-    return {"total_ms_per_item": {"batch_1": batch_1, "batch_64": batch_64}, "machine": "the exporting machine"}
+    return {"total_ms_per_item": {"batch_1": batch_1, "batch_64": batch_64}, "machine": "the registering machine"}
 
 
 def test_a_version_over_its_serving_budget_is_refused_in_one_line_however_well_it_scores():
@@ -71,7 +71,7 @@ def test_a_version_over_its_serving_budget_is_refused_in_one_line_however_well_i
     decision = decide(budgeted, {"pr_auc": 0.99}, {"pr_auc": 0.5}, 0.01, serving_cost=cost(12.5, 1.0))
     assert not decision.promote
     assert decision.reasons == ["serving cost 12.50 ms per item at batch 1 exceeds registry.serving_budget_ms.batch_1 "
-                                "= 10 (measured at export on the exporting machine)"]
+                                "= 10 (measured on the registering machine)"]
     assert "batch 64 exceeds registry.serving_budget_ms.batch_64 = 2" in decide(
         budgeted, {"pr_auc": 0.99}, None, 0.01, serving_cost=cost(5, 2.5)).reasons[0]
     assert decide(budgeted, {"pr_auc": 0.99}, {"pr_auc": 0.5}, 0.01, serving_cost=cost(10, 2)).promote  # at the bound

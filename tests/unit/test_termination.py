@@ -3,11 +3,14 @@ the helper processes it leaves behind with it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import psutil
 
 from tests.conftest import PROJECT_ROOT
 
@@ -128,3 +131,27 @@ def test_a_stage_whose_starter_is_killed_during_its_imports_never_runs(tmp_path)
         assert errors.read_text() == ""  # ended by the signal during its imports, not by the missing params file
     finally:
         starter.kill()
+
+
+def test_a_stage_ends_when_the_process_group_that_started_it_is_killed_outright():
+    """A pipeline killed whole (SIGKILL to its process group: the starter, the waiting process) while the stage runs
+    in its own group: the stage and its helpers end too."""
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import subprocess, sys; from tests.unit.test_termination import _start; "
+         "stage = _start('import os, subprocess, sys, time; from flows.termination import run_stoppable; "
+         "run_stoppable(); helper = subprocess.Popen([sys.executable, \"-c\", \"import time; time.sleep(60)\"]); "
+         "print(os.getpid(), helper.pid, flush=True); time.sleep(60)'); "
+         "print(stage.pid, stage.stdout.readline().strip(), flush=True); import time; time.sleep(60)"],
+        cwd=PROJECT_ROOT, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        waiting, stage, helper = map(int, starter.stdout.readline().split())
+        deadline = time.monotonic() + BOUND_S
+        while len(psutil.Process(waiting).children()) < 2:  # the stage and its watcher: both forked
+            assert time.monotonic() < deadline, "the waiting process never forked its watcher"
+            time.sleep(0.01)
+        os.killpg(starter.pid, signal.SIGKILL)
+        starter.wait(timeout=BOUND_S)
+        assert _left_running(waiting, stage, helper) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(starter.pid, signal.SIGKILL)

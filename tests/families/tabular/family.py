@@ -184,8 +184,7 @@ class TabularFamily(PipelineFamily):
         predictions = pd.DataFrame({"target": y, "prediction": np.round(value, 6),
                                     "uncertainty": np.round(uncertainty, 6)})
         reference = {"feature_mean": np.asarray(state["x_mean"]), "feature_std": np.asarray(state["x_std"])}
-        return Exported(card, reference, predictions, {}, f"tabular model exported: {card['test_metrics']}",
-                        splits["test"][state["columns"]].to_numpy(np.float32))
+        return Exported(card, reference, predictions, {}, f"tabular model exported: {card['test_metrics']}")
 
     def predictor(self, onnx_path: Path, card: dict, threads: int | None = None):
         from tests.families.tabular.serving import TabularPredictor
@@ -207,6 +206,9 @@ class TabularFamily(PipelineFamily):
         f32 = np.dtype(np.float32)
         return ModelSignature(inputs=Schema([TensorSpec(f32, (-1, len(card["columns"])), "features")]),
                               outputs=Schema([TensorSpec(f32, (-1,), name) for name in card["outputs"]]))
+
+    def serving_items(self, prepared, card: dict) -> np.ndarray:
+        return prepared["test"][card["columns"]].to_numpy(np.float32)
 
     def champion_metrics(self, prepared, onnx_path: Path, card: dict) -> dict[str, float]:
         test = prepared["test"]
