@@ -21,7 +21,8 @@ from flows.server import prefect_server
 
 app = typer.Typer(add_completion=False, help=__doc__)
 
-SUMMARY_HEADERS = ["family", "registered model", "version", "test metrics (ours)", "baseline", "promotion"]
+SUMMARY_HEADERS = ["family", "registered model", "version", "test metrics (ours)", "serving ms/item (alone, in 64s)",
+                   "baseline", "promotion"]
 
 
 def _dvc(command: Callable[..., None], *args: str, env: dict[str, str]) -> None:
@@ -44,7 +45,7 @@ def summary_rows() -> list[list[str]]:
     for family in map(pipeline_family, FAMILIES):
         paths = family.paths
         if not paths.metrics.exists():
-            rows.append([family.name, "(not run yet)", "", "", "", ""])
+            rows.append([family.name, "(not run yet)", "", "", "", "", ""])
             continue
         result = json.loads(paths.metrics.read_text())
         keys = [k for k in family.summary_metrics or result["model"] if k in result["model"]]
@@ -55,8 +56,10 @@ def summary_rows() -> list[list[str]]:
             ours[0] += f" (validation {validation[keys[0]]:.3f})"
         base = ", ".join(f"{k} {result['baseline'][k]:.3f}" for k in keys if k in result["baseline"])
         verdict = "champion" if result["promoted"] else "challenger (gate refused)"
+        spent = result.get("serving_cost", {}).get("total_ms_per_item", {})
+        cost = f"{spent['batch_1']:.2f}, {spent['batch_64']:.2f}" if spent else "not measured"
         rows.append([paths.family, result["model_name"], f"v{result['registered_version']} {verdict}", ", ".join(ours),
-                     f"{result['baseline']['name']}: {base}", "; ".join(result["reasons"])])
+                     cost, f"{result['baseline']['name']}: {base}", "; ".join(result["reasons"])])
     return rows
 
 
@@ -64,7 +67,7 @@ def summary_rows() -> list[list[str]]:
 def summary() -> None:
     """Print test metrics next to the baselines (and our first metric on validation), registered versions and promotion
     decisions."""
-    typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 40, 40]))
+    typer.echo(tabulate(summary_rows(), headers=SUMMARY_HEADERS, tablefmt="github", maxcolwidths=[8, 24, 16, 40, 16, 40, 40]))
     typer.echo(
         "\nWhere to look next:\n"
         "  metrics/*.json, metrics/*_predictions.csv   promotion decisions and per-item predictions\n"

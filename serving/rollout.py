@@ -1,7 +1,8 @@
 """Who answers a prediction request: the champion, or under SERVING_ROLLOUT the `challenger` alias too.
 
 - off: the champion answers; the challenger is not loaded.
-- shadow: the champion answers; after its answer is made, the request's items wait (SHADOW_LINGER_S at most) to
+- shadow: the champion answers; for SERVING_SHADOW_SHARE of the requests (all by default, chosen by a hash of the
+  request id), after its answer is made, the request's items wait (SHADOW_LINGER_S at most) to
   be run by the challenger together with the other requests' items, in one call of its own batcher and model
   thread (never in the champion's queue); its rows are logged with role `shadow` and each request's id. Nobody
   waits for a shadow answer, so batching them costs no latency and saves most of a call's fixed cost. At most
@@ -44,8 +45,9 @@ class ShadowItems:
     items: Sequence
 
 
-def canary_fraction(request_id: str) -> float:
-    """A number in [0, 1) fixed by the request id: the request goes to the canary when it is below the share."""
+def request_fraction(request_id: str) -> float:
+    """A number in [0, 1) fixed by the request id: the request goes to the canary, or runs in shadow too, when it is
+    below that mode's share."""
     return int(hashlib.sha256(request_id.encode()).hexdigest()[:8], 16) / 2**32
 
 
@@ -55,6 +57,7 @@ class Rollout:
     def __init__(self, settings: ServingSettings, store: ServedModels, predictions: Predictions, log: PredictionLog,
                  metrics: ServiceMetrics):
         self.mode, self.share, self.max_pending = settings.rollout, settings.canary_share, settings.shadow_max_pending
+        self.shadow_share = settings.shadow_share
         self.store, self.predictions, self.log, self.metrics = store, predictions, log, metrics
         self._shadow_waiting: dict[str, list[ShadowItems]] = {name: [] for name in predictions.families}
         self._shadow_pending = 0  # requests waiting or running in shadow
@@ -63,13 +66,14 @@ class Rollout:
     def describe(self) -> dict:
         """serving.schemas.RolloutInfo's fields."""
         return {"mode": self.mode, "canary_share": self.share if self.mode == "canary" else None,
+                "shadow_share": self.shadow_share if self.mode == SHADOW else None,
                 "challengers": [m.describe() for m in self.store.challengers.values()]}
 
     def role_for(self, family: str, request_id: str, pinned: bool = False) -> str:
         """The role that answers the request: the champion, or in canary mode the challenger for its share of the
         requests (never for a request `pinned` to the champion's version)."""
         if self.mode == "canary" and not pinned and self.store.challenger(family) is not None \
-                and canary_fraction(request_id) < self.share:
+                and request_fraction(request_id) < self.share:
             return CHALLENGER
         return CHAMPION
 
@@ -90,7 +94,7 @@ class Rollout:
                 pass
         if answers is None:
             answers, model = await self._call(family, CHAMPION, request_id, items)
-            if self.mode == SHADOW:
+            if self.mode == SHADOW and request_fraction(request_id) < self.shadow_share:
                 self._shadow(family, ShadowItems(request_id, items))
         return answers, model
 

@@ -50,6 +50,7 @@ class ModelInfo(BaseModel):
 class RolloutInfo(BaseModel):
     mode: Literal["off", "shadow", "canary"] = Field(description="SERVING_ROLLOUT")
     canary_share: float | None = Field(None, description="canary: the share of requests the challenger answers")
+    shadow_share: float | None = Field(None, description="shadow: the share of requests the challenger runs too")
     challengers: list[ModelInfo] = Field(description="each family's `challenger` being run (none when off)")
 
 

@@ -35,6 +35,8 @@ class ServingSettings(BaseSettings):
                                                         "only), canary (answers `canary_share` of the requests)")
     canary_share: float = Field(0.1, ge=0, le=1, description="canary: the share of requests the challenger answers "
                                 "(chosen by a hash of the request id)")
+    shadow_share: float = Field(1.0, ge=0, le=1, description="shadow: the share of requests the challenger runs "
+                                "too (chosen by a hash of the request id)")
     shadow_max_pending: int = Field(1024, ge=1, description="shadow: requests waiting or running in shadow at "
                                     "most; more are dropped and counted")
     prefer_cuda: bool = True

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from serving.metrics import ServiceMetrics
-from serving.rollout import Rollout, canary_fraction
+from serving.rollout import Rollout, request_fraction
 from serving.settings import ServingSettings
 
 
@@ -104,11 +104,11 @@ def count(metrics: ServiceMetrics, name: str, **labels) -> float:
 
 def test_the_canary_choice_is_fixed_by_the_request_id_and_takes_its_share():
     ids = [uuid.uuid4().hex for _ in range(20_000)]
-    assert [canary_fraction(i) for i in ids[:50]] == [canary_fraction(i) for i in ids[:50]]
-    assert sum(canary_fraction(i) < 0.3 for i in ids) / len(ids) == pytest.approx(0.3, abs=0.015)
+    assert [request_fraction(i) for i in ids[:50]] == [request_fraction(i) for i in ids[:50]]
+    assert sum(request_fraction(i) < 0.3 for i in ids) / len(ids) == pytest.approx(0.3, abs=0.015)
     serving, _, _ = rollout("canary", Models(), canary_share=0.3)
-    assert {serving.role_for("sensor", i) for i in ids if canary_fraction(i) < 0.3} == {"challenger"}
-    assert {serving.role_for("sensor", i) for i in ids if canary_fraction(i) >= 0.3} == {"champion"}
+    assert {serving.role_for("sensor", i) for i in ids if request_fraction(i) < 0.3} == {"challenger"}
+    assert {serving.role_for("sensor", i) for i in ids if request_fraction(i) >= 0.3} == {"champion"}
     assert serving.role_for("molecule", ids[0]) == "champion"  # no molecule challenger: the champion answers
 
 
@@ -168,3 +168,25 @@ def test_a_failed_shadow_call_is_logged_for_each_request_and_counted():
     shadows = [(call, answers) for version, call, answers in recorded if call.role == "shadow"]
     assert [(call.failed, answers) for call, answers in shadows] == [(True, [{}]), (True, [{}])]
     assert count(metrics, "serving_model_errors_total", family="sensor", role="shadow") == 2
+
+
+def test_shadow_mirrors_only_its_share_of_the_requests_chosen_by_the_request_id():
+    async def scenario(share: float):
+        models = Models()
+        models.release.set()
+        serving, recorded, _ = rollout("shadow", models, shadow_share=share)
+        for i in range(40):
+            await serving.serve(Family(), window(i))
+        answered = {call.request_id for _, call, _ in recorded if call.role == "champion"}
+        expected = sum(request_fraction(i) < share for i in answered)
+        deadline = asyncio.get_running_loop().time() + 10
+        while sum(call.role == "shadow" for _, call, _ in recorded) < expected:  # the mirrored requests' calls
+            assert asyncio.get_running_loop().time() < deadline, recorded
+            await asyncio.sleep(0.01)
+        await serving.stop()
+        return answered, {call.request_id for _, call, _ in recorded if call.role == "shadow"}
+
+    for share in (0.0, 0.5, 1.0):
+        answered, shadowed = asyncio.run(scenario(share))
+        assert len(answered) == 40 and shadowed == {i for i in answered if request_fraction(i) < share}
+    assert 0 < len(asyncio.run(scenario(0.5))[1]) < 40
