@@ -368,25 +368,39 @@ def spilled(metrics: ServiceMetrics) -> float:
     return metrics.registry.get_sample_value("serving_prediction_log_spilled_rows")
 
 
-def test_records_beyond_a_full_queue_wait_in_the_journal_and_are_written_when_the_store_recovers(tmp_path):
-    """The store is down while 30 records come to a queue of 10 rows: none is dropped, the overflow waits in the
-    journal, and once the store can be written every record is, without a restart."""
+def blocked_store_writer(tmp_path, capacity_rows: int) -> tuple[StoreWriter, str, ServiceMetrics]:
+    """A started writer with a journal, on a store that cannot be written (its folder is a file)."""
     blocker = tmp_path / "store"
     blocker.write_text("not a folder")
-    url = f"sqlite:///{blocker / 'p.db'}"
-    metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=10, retention_days=30, max_rows=1000,
+    url, metrics = f"sqlite:///{blocker / 'p.db'}", ServiceMetrics()
+    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=capacity_rows, retention_days=30, max_rows=1000,
                          prune_every_s=3600, metrics=metrics, journal=Journal(tmp_path / "journal", "w"))
     writer.start()
-    keys = [f"k{i}" for i in range(30)]
-    assert all(writer.submit(Rows(key)).queued for key in keys)
-    assert spilled(metrics) >= 20 and dropped(metrics, "queue_full") == 0
+    return writer, url, metrics
+
+
+def unblock_when_failing(writer: StoreWriter, tmp_path, kill_writer: bool = False) -> None:
+    """Once the writer says the store is failing (killing its writer process then, if asked), make the store
+    writable."""
     deadline = time.monotonic() + 30
     while writer.failing is None:
         assert time.monotonic() < deadline, "the writer never said the store was failing"
         time.sleep(0.02)
-    blocker.unlink()
-    blocker.mkdir()
+    if kill_writer:
+        writer._process.kill()
+        writer._process.wait(timeout=30)
+    (tmp_path / "store").unlink()
+    (tmp_path / "store").mkdir()
+
+
+def test_records_beyond_a_full_queue_wait_in_the_journal_and_are_written_when_the_store_recovers(tmp_path):
+    """The store is down while 30 records come to a queue of 10 rows: none is dropped, the overflow waits in the
+    journal, and once the store can be written every record is, without a restart."""
+    writer, url, metrics = blocked_store_writer(tmp_path, capacity_rows=10)
+    keys = [f"k{i}" for i in range(30)]
+    assert all(writer.submit(Rows(key)).queued for key in keys)
+    assert spilled(metrics) >= 20 and dropped(metrics, "queue_full") == 0
+    unblock_when_failing(writer, tmp_path)
     assert writer.flush(timeout_s=60)
     writer.stop(timeout_s=10)
     assert sorted(row["id"] for row in read_predictions(engine_for(url))) == sorted(keys)
@@ -395,24 +409,11 @@ def test_records_beyond_a_full_queue_wait_in_the_journal_and_are_written_when_th
 
 
 def test_the_batches_of_a_writer_process_killed_while_the_store_was_down_are_read_back_from_the_journal(tmp_path):
-    blocker = tmp_path / "store"
-    blocker.write_text("not a folder")
-    url = f"sqlite:///{blocker / 'p.db'}"
-    metrics = ServiceMetrics()
-    writer = StoreWriter(engine_for(url), rows_of, capacity_rows=100, retention_days=30, max_rows=1000,
-                         prune_every_s=3600, metrics=metrics, journal=Journal(tmp_path / "journal", "w"))
-    writer.start()
+    writer, url, metrics = blocked_store_writer(tmp_path, capacity_rows=100)
     keys = [f"k{i}" for i in range(5)]
     for key in keys:
         writer.submit(Rows(key))
-    deadline = time.monotonic() + 30
-    while writer.failing is None:  # the writer holds the batch and retries the store
-        assert time.monotonic() < deadline, "the writer never said the store was failing"
-        time.sleep(0.02)
-    writer._process.kill()
-    writer._process.wait(timeout=30)
-    blocker.unlink()
-    blocker.mkdir()
+    unblock_when_failing(writer, tmp_path, kill_writer=True)  # killed while it holds the batch and retries
     assert writer.submit(Rows("after")).queued and writer.flush(timeout_s=60)
     writer.stop(timeout_s=10)
     assert sorted(row["id"] for row in read_predictions(engine_for(url))) == sorted([*keys, "after"])
