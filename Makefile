@@ -13,7 +13,7 @@ export DVC_SITE_CACHE_DIR := $(CURDIR)/.dvc/site-cache
 export DO_NOT_TRACK := 1
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: run test test-fast serve ui rollback tune install report metrics constraints
+.PHONY: run test test-fast serve ui rollback tune install report metrics constraints predict
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ test-fast: install
 
 serve: install
 	$(BIN)/python -m serving
+
+# Score a file with a registered model: make predict FAMILY=molecule INPUT=in.csv OUTPUT=out.parquet [ARGS="--alias challenger"]
+predict: install
+	$(BIN)/python -m flows.predict $(FAMILY) --input $(INPUT) --output $(OUTPUT) $(ARGS)
 
 # Move `champion` back to the previous champion: make rollback FAMILY=sensor|molecule
 rollback: install

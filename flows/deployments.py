@@ -21,6 +21,7 @@ from flows.monitor import monitor
 from flows.family import FAMILIES
 from flows.orchestration import data_refresh, pipeline, retrain
 from flows.params import DEFAULT_PARAMS, ParamsError, load_params
+from flows.predict import predict
 
 TAGS = ["failsafe-ml"]
 
@@ -42,6 +43,8 @@ def deployments(schedules: SchedulesConfig) -> list[RunnerDeployment]:
         deploy(retrain, "weekly", "Data refresh, then both pipelines", "retrain"),
         deploy(monitor, "hourly", "Drift and calibration of the champions on the prediction store; recalibration "
                                   "on alarms", "monitor"),
+        deploy(predict, "batch", "Score a file (CSV or Parquet, a path or an fsspec URL) with a registered model: "
+                                 "family, input, output, alias or version, chunk_rows"),
     ]
 
 

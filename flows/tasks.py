@@ -9,6 +9,7 @@ import inspect
 import logging
 import sys
 import traceback
+import typing
 from collections.abc import Callable
 from datetime import timedelta
 from importlib.metadata import version
@@ -97,16 +98,19 @@ def _quiet_bad_input_tracebacks() -> None:
         handler.addFilter(_NoTracebackForBadInput())
 
 
-def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None:
+def stage_cli(flow: Flow, stoppable: bool = True, locked: bool = True, **options: OptionInfo) -> None:
     """Run a stage flow from the command line: `python -m flows.stages.<stage> <family> [--params FILE]` (the family
     argument where the flow takes one, flows/family.py).
 
-    `options`: more command-line options, flow parameter name -> `typer.Option(default, "--flag", help=...)`.
+    `options`: more command-line options, flow parameter name -> `typer.Option(default, "--flag", help=...)` (of
+    the flow parameter's type).
     The flow's parallel tasks run on the task runner of `orchestration` (flows/runners.py).
     Bad input or bad params exit with status 2 and a one-paragraph message, no traceback. SIGTERM or SIGINT
     stops the stage within seconds, even inside RDKit (flows/termination.py), with status 128 + signal number;
     `stoppable=False` where the stage must not run in a forked child (a rank of torchrun, whose process group
     exists before the stage starts and does not survive a fork; torchrun passes signals to its ranks itself).
+    `locked=False` where the flow does not write the pipeline's workspace and may run beside a pipeline run (batch
+    scoring).
     """
 
     def main(params: str, **values: Any) -> None:
@@ -114,7 +118,8 @@ def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None
             typer.secho(f"error: no model family '{values['family']}' (registered: {', '.join(FAMILIES)})",
                         fg="red", err=True)
             sys.exit(2)
-        hold_for_stage()
+        if locked:
+            hold_for_stage()
         if stoppable:
             run_stoppable()
         _quiet_bad_input_tracebacks()
@@ -133,12 +138,12 @@ def stage_cli(flow: Flow, stoppable: bool = True, **options: OptionInfo) -> None
         sys.exit(code)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
+    hints = typing.get_type_hints(flow.fn)  # each option's type: the flow parameter's
     family = "family" in inspect.signature(flow.fn).parameters
     main.__signature__ = inspect.Signature([
         *([inspect.Parameter("family", keyword, default=typer.Argument(..., help="the model family"), annotation=str)]
           if family else []),
         inspect.Parameter("params", keyword, default=typer.Option("params.yaml", help="parameters file"), annotation=str),
-        *(inspect.Parameter(name, keyword, default=option, annotation=type(option.default))
-          for name, option in options.items()),
+        *(inspect.Parameter(name, keyword, default=option, annotation=hints[name]) for name, option in options.items()),
     ])
     typer.run(main)

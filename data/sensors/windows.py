@@ -97,3 +97,20 @@ def make_windows(
             time=time[ends],
         )
     return result
+
+
+def scoring_windows(df: pd.DataFrame, channels: list[str], window: int, stride: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows to score from readings sorted by unit, time (no labels): X (n, C, T) float32 with NaN kept, unit (n,)
+    str, time (n,) int64 of each window's last row. As in training, a window lies inside one unit and the end rows
+    step back by `stride` from the unit's last row, so each unit's latest reading ends a window."""
+    unit = df["unit"].to_numpy(dtype=str)
+    time = df["time"].to_numpy(dtype=np.int64)
+    values = df[channels].to_numpy(dtype=np.float32)
+    unit_start, unit_end = _run_bounds(_changes(unit)) if len(df) else (np.empty(0, int), np.empty(0, int))
+    rows = np.arange(len(df))
+    ends = np.flatnonzero((rows - unit_start >= window - 1) & ((unit_end - rows) % stride == 0))
+    if len(values) < window:
+        return np.empty((0, len(channels), window), np.float32), unit[:0], time[:0]
+    views = sliding_window_view(values, window, axis=0)  # (n_rows - window + 1, C, window)
+    return np.ascontiguousarray(views[ends - window + 1]), unit[ends], time[ends]

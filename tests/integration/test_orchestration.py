@@ -19,7 +19,8 @@ from tests.integration.workspace import FINISHED, clone_workspace, merged, run, 
 pytestmark = pytest.mark.integration
 
 SCHEDULES = {"data_refresh": "30 1 * * *", "retrain": "0 4 * * 6", "monitor": "15 * * * *", "timezone": "Europe/Berlin"}
-NAMES = {"pipeline/sensor", "pipeline/molecule", "data-refresh/nightly", "retrain/weekly", "monitor/hourly"}
+NAMES = {"pipeline/sensor", "pipeline/molecule", "data-refresh/nightly", "retrain/weekly", "monitor/hourly",
+         "predict/batch"}
 
 
 def _deployments() -> dict:
@@ -60,8 +61,11 @@ def test_deployments_are_registered_with_the_schedules_from_params(served):
     assert crons == {"pipeline/sensor": [], "pipeline/molecule": [],
                      "data-refresh/nightly": [("30 1 * * *", "Europe/Berlin")],
                      "retrain/weekly": [("0 4 * * 6", "Europe/Berlin")],
-                     "monitor/hourly": [("15 * * * *", "Europe/Berlin")]}
+                     "monitor/hourly": [("15 * * * *", "Europe/Berlin")], "predict/batch": []}
     assert not any(deployments[name].paused for name in NAMES)
+    batch = deployments["predict/batch"].parameter_openapi_schema
+    assert {"family", "input", "output"} <= set(batch["required"])
+    assert {"alias", "version", "chunk_rows", "id_column"} <= set(batch["properties"])
     schema = deployments["pipeline/sensor"].parameter_openapi_schema["properties"]
     assert {"family", "data_source", "data_path", "epochs", "seed", "overrides", "force"} <= set(schema)
     assert deployments["pipeline/molecule"].parameters == {"family": "molecule"}
