@@ -32,6 +32,7 @@ import typer
 from mlflow import MlflowClient
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from tqdm import tqdm
 
 from contract.manifest import load_verify_key, public_key_path
 from contract.registry import alias_version, download_verified
@@ -212,10 +213,10 @@ def predict(family: str, input: str, output: str, alias: str = "champion", versi
         started = time.perf_counter()
         futures = [score_chunk.submit(job, i, part, str(verified.directory), card, str(folder))
                    for i, part in enumerate(parts) if i not in done]
-        for count, future in enumerate(futures, 1):
+        if done:
+            print(f"{family}: {len(done)} of {len(parts)} chunks kept from before", flush=True)
+        for future in tqdm(futures, desc=f"{family}: scoring", unit="chunk", disable=None):
             future.result()
-            print(f"{family}: chunk {count} of {len(futures)} scored"
-                  + (f" ({len(done)} kept from before)" if done else ""), flush=True)
         scored = pd.concat([pd.read_parquet(folder / f"{i:06d}.parquet") for i in range(len(parts))],
                            ignore_index=True)
         seconds = time.perf_counter() - started
