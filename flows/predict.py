@@ -30,11 +30,13 @@ import numpy as np
 import pandas as pd
 import typer
 from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from tqdm import tqdm
 
-from contract.manifest import load_verify_key, public_key_path
+from contract.card import CardError
+from contract.manifest import ManifestError, load_verify_key, public_key_path
 from contract.registry import alias_version, download_verified
 from data.errors import DataValidationError
 from data.sensors.windows import scoring_windows
@@ -63,7 +65,9 @@ class Job:
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """The job's identity: everything but where the input was read from (its content counts)."""
+        identity = {k: v for k, v in asdict(self).items() if k != "input"}
+        return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def table_format(location: str) -> str:
@@ -133,9 +137,8 @@ def score_sensor(predictor, readings: pd.DataFrame, channels: list[str], window:
 
 
 @task(cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
-def score_chunk(job: Job, index: int, items: pd.DataFrame, model_folder: str, card: dict, folder: str) -> dict:
-    """Score one chunk and keep it as `<index>.parquet` in the job's folder (written whole or not at all)."""
-    start = time.perf_counter()
+def score_chunk(job: Job, index: int, items: pd.DataFrame, model_folder: str, card: dict, folder: str) -> int:
+    """Score one chunk and keep it as `<index>.parquet` in the job's folder (written whole or not at all); its rows."""
     predictor = served_predictor(job.family, model_folder)
     if job.family == "molecule":
         scored = score_molecules(predictor, items[job.columns[1]].astype(str).tolist())
@@ -148,8 +151,7 @@ def score_chunk(job: Job, index: int, items: pd.DataFrame, model_folder: str, ca
     partial = part.with_suffix(".partial")
     scored.to_parquet(partial, index=False)
     partial.replace(part)
-    return {"rows": len(scored), "errors": int(scored["error"].notna().sum()),
-            "seconds": time.perf_counter() - start}
+    return len(scored)
 
 
 def chunks(job: Job, frame: pd.DataFrame) -> list[pd.DataFrame]:
@@ -185,8 +187,9 @@ def predict(family: str, input: str, output: str, alias: str = "champion", versi
     """Score `input` with `family`'s registered model (`version`, else the version `alias` points at) into
     `output`; returns the job's summary."""
     params = load_params(params_file)
-    if chunk_rows < 1:
-        raise DataValidationError(f"chunk_rows is {chunk_rows}: give 1 or more")
+    for setting, value in (("chunk_rows", chunk_rows), ("stride", stride)):
+        if value is not None and value < 1:
+            raise DataValidationError(f"{setting} is {value}: give 1 or more")
     settings = pipeline_family(family).settings(params)
     name = settings.registry.model_name
     use_tracking(params.tracking)
@@ -194,11 +197,18 @@ def predict(family: str, input: str, output: str, alias: str = "champion", versi
     version = version or alias_version(client, name, alias)
     if version is None:
         raise DataValidationError(f"{name} has no version with the alias '{alias}'")
+    try:
+        client.get_model_version(name, str(version))
+    except MlflowException:
+        raise DataValidationError(f"{name} has no version {version}") from None
     table_format(output)
     frame, input_sha256 = read_table(input)
     with tempfile.TemporaryDirectory(prefix="predict-") as scratch:
-        verified = download_verified(client, name, str(version), Path(scratch),
-                                     load_verify_key(public_key_path(signing_key(params.tracking))))
+        try:
+            verified = download_verified(client, name, str(version), Path(scratch),
+                                         load_verify_key(public_key_path(signing_key(params.tracking))))
+        except (ManifestError, CardError) as error:  # never scored with: as the service refuses it
+            raise DataValidationError(f"refused: {error}") from None
         card = verified.card
         columns = check_columns(family, frame, card, id_column, smiles_column, input)
         if family == "molecule" and id_column is None:

@@ -125,3 +125,16 @@ def test_a_job_killed_in_the_middle_continues_from_its_finished_chunks_to_the_sa
     assert again.returncode == 0, again.stderr[-3000:]
     assert "kept from before" in again.stdout
     assert (tmp_path / "resumed.parquet").read_bytes() == (tmp_path / "whole.parquet").read_bytes()
+
+
+def test_a_missing_column_or_version_is_refused_in_one_line(workspace, tmp_path):
+    pd.DataFrame({"name": ["CCO"]}).to_csv(tmp_path / "no_smiles.csv", index=False)
+    params = str(workspace / "params.yaml")
+    for arguments, message in ((["--input", str(tmp_path / "no_smiles.csv")], "no column smiles (columns: name)"),
+                               (["--input", str(tmp_path / "missing.csv")], "missing.csv: no such file"),
+                               (["--input", str(tmp_path / "no_smiles.csv"), "--version", "99"], "has no version 99")):
+        done = subprocess.run([sys.executable, "-m", "flows.predict", "molecule", *arguments, "--output",
+                               str(tmp_path / "out.parquet"), "--params", params], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
+        assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+        assert not (tmp_path / "out.parquet").exists()

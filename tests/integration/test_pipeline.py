@@ -51,6 +51,7 @@ def test_pipeline_registers_both_families_as_champion(pipeline, tmp_path):
                                      load_verify_key(root / ".keys" / "model-signing.pub"))
         reference = read_reference(verified.directory)
         assert "reference.npz" in verified.manifest["files"]
+        assert verified.card["serving_cost"] == metrics["serving_cost"]  # in the card it signed
         assert ("channels" in reference) if family == "sensor" else (reference["fingerprints"].dtype == "uint8")
         assert any(tag.startswith(f"data.{family}.") for tag in champion.tags) and "git_commit" in champion.tags
     assert "sensor-failure-detector" in output and "molecular-property" in output  # summary table
@@ -92,7 +93,9 @@ def test_predictions_files_follow_the_contract(pipeline):
         assert got["aurc_random"] == pytest.approx(figures["aurc_random"], abs=1e-4)
     assert set(cards["molecule"]["uncertainty_quality"]["coverage"]) == {"0.5", "0.8", "0.9", "0.95"}
     for family in ("sensor", "molecule"):
-        cost = ServingCost.model_validate(cards[family]["serving_cost"])  # what a prediction costs, measured at export
+        # what a prediction costs, measured by register (the exported card stays reproducible)
+        assert "serving_cost" not in cards[family]
+        cost = ServingCost.model_validate(json.loads((root / "metrics" / f"{family}.json").read_text())["serving_cost"])
         assert cost.graph.bytes == (root / "artifacts" / family / "export" / "model.onnx").stat().st_size
         assert all(cost.total_ms_per_item[key] > cost.featurize_ms_per_item[key] > 0 for key in ("batch_1", "batch_64"))
         assert cards[family]["mask_passes"] == cards[family]["calibration"]["mask_passes"] == 2
