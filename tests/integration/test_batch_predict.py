@@ -138,3 +138,19 @@ def test_a_missing_column_or_version_is_refused_in_one_line(workspace, tmp_path)
                               text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)})
         assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
         assert not (tmp_path / "out.parquet").exists()
+
+
+def test_chunks_on_a_dask_cluster_give_the_same_output_as_on_threads(workspace, tmp_path, monkeypatch):
+    from flows.config import OrchestrationConfig
+    from flows.runners import task_runner
+
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"smiles": SMILES * 3}).to_csv(tmp_path / "molecules.csv", index=False)
+    params = str(workspace / "params.yaml")
+    predict("molecule", str(tmp_path / "molecules.csv"), str(tmp_path / "threads.parquet"), chunk_rows=5,
+            params_file=params)
+    on_dask = predict.with_options(task_runner=task_runner(OrchestrationConfig(task_runner="dask", dask_workers=2)))
+    summary = on_dask("molecule", str(tmp_path / "molecules.csv"), str(tmp_path / "dask.parquet"), chunk_rows=5,
+                      params_file=params)
+    assert summary["chunks"] == 5 and summary["errors"] == 3
+    assert (tmp_path / "dask.parquet").read_bytes() == (tmp_path / "threads.parquet").read_bytes()
