@@ -61,7 +61,7 @@ class SensorParams(StrictModel):
     export: SensorExportConfig = Field(default_factory=SensorExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["sensor"], max_calibration_error=0.1,
-                                               serving_budget_ms=ServingBudget(batch_1=20, batch_64=5))
+                                               serving_budget_ms=ServingBudget(batch_1=5, batch_64=2))
     )
 
     @model_validator(mode="after")
@@ -81,7 +81,7 @@ class MoleculeParams(StrictModel):
     export: ExportConfig = Field(default_factory=ExportConfig)
     registry: RegistryConfig = Field(
         default_factory=lambda: RegistryConfig(model_name=DEFAULT_MODEL_NAMES["molecule"], max_calibration_error=0.15,
-                                               serving_budget_ms=ServingBudget(batch_1=100, batch_64=60))
+                                               serving_budget_ms=ServingBudget(batch_1=60, batch_64=30))
     )
 
     @model_validator(mode="after")
