@@ -1,12 +1,16 @@
 """The prediction path behind the routes, for any family: items in, one answer per item out, through the family's
 `preprocess`, the fair micro-batchers (serving.batching) and its `predict` on a model thread, then its
 `postprocess`. The champion and the challenger (serving.rollout) each have their own batchers and model threads,
-so a challenger call never queues a champion call."""
+so a challenger call never queues a champion call; in shadow mode the challenger's thread runs at the lowest CPU
+priority."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,8 +37,13 @@ class Predictions:
                                                size_of=family.size_of,
                                                on_batch=metrics.batch_items.labels(name).observe)
                          for name, family in families.items() for role in ROLES}
-        # one thread per family and role: a model call never waits for another family's or the challenger's
-        self._threads = {(name, role): ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{name}-{role}")
+        # one thread per family and role: a model call never waits for another family's or the challenger's. In
+        # shadow mode nobody waits for the challenger: its calls always run in its thread, at the lowest CPU
+        # priority, so that they take only what the champion leaves
+        self._background = {CHALLENGER} if settings.rollout == "shadow" else set()
+        self._threads = {(name, role): ThreadPoolExecutor(1, thread_name_prefix=f"onnxruntime-{name}-{role}",
+                                                          initializer=_lowest_priority if role in self._background
+                                                          else None)
                          for name in families for role in ROLES}
 
     def model_of(self, family: str, role: str = CHAMPION) -> LoadedModel:
@@ -58,7 +67,8 @@ class Predictions:
         return family.postprocess(items, prepared, outputs, model), model
 
     async def _run(self, family: ServedFamily, role: str, parts: list[Sequence]) -> tuple[list[list], LoadedModel]:
-        if sum(len(part) for part in parts) <= family.inline_max_items:  # cheaper than a thread hop
+        if role not in self._background and sum(len(part) for part in parts) <= family.inline_max_items:
+            # cheaper than a thread hop
             return self._call(family, role, parts)
         return await asyncio.get_running_loop().run_in_executor(self._threads[family.name, role], self._call,
                                                                 family, role, parts)
@@ -87,6 +97,12 @@ class Predictions:
             await batcher.drain()
         for threads in self._threads.values():
             threads.shutdown(wait=True)
+
+
+def _lowest_priority() -> None:
+    """This thread runs at niceness 19 (Linux schedules threads one by one; elsewhere nothing changes)."""
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
 
 
 def _split(rows: list, parts: Sequence[Sequence]) -> list[list]:
