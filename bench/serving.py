@@ -247,7 +247,7 @@ def in_process(predict: Callable[[], object], items: int, seconds: float = 2.0) 
     return round(calls * items / (time.perf_counter() - start), 1)
 
 
-def scenarios(models: dict[str, dict], smiles: list[str], predictors: dict) -> dict[str, dict]:
+def scenarios(models: dict[str, dict], smiles: list[str], pool: list[str], predictors: dict) -> dict[str, dict]:
     """name -> clients (each a list of Kinds), the kind reported as the row, and its in-process reference."""
     sensor, molecule = models.get("sensor"), models.get("molecule")
     out = {}
@@ -260,7 +260,7 @@ def scenarios(models: dict[str, dict], smiles: list[str], predictors: dict) -> d
             out[f"sensor-{clients}x{per}"] = {"clients": [[kind]] * clients, "per_request": per,
                                               "in_process": (reference[per], per)}
     if molecule:
-        pool, sample = spellings(smiles), random.Random(0).sample(smiles, 8)
+        sample = random.Random(0).sample(smiles, 8)
         reference = (lambda: predictors["molecule"].predict(sample), 8)
         for clients, per in ((32, 8), (1, 1)):  # molecules new to the service: the headline
             out[f"molecule-{clients}x{per}"] = {
@@ -363,6 +363,7 @@ def main() -> None:
     env["SERVING_PREFER_CUDA"] = os.environ.get("SERVING_PREFER_CUDA", "false")
     service_env = {k: v for k, v in os.environ.items() if k.startswith("SERVING_")}
     smiles = drug_like(args.smiles)
+    pool = spellings(smiles)
 
     with service(args.url, env) as (url, pid):
         info = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
@@ -371,7 +372,7 @@ def main() -> None:
         predictors = load_predictors(models, tracking_uri,
                                      env.get("SERVING_VERIFY_KEY") or os.environ.get("SERVING_VERIFY_KEY"))
         rows = []
-        for name, scenario in scenarios(models, smiles, predictors).items():
+        for name, scenario in scenarios(models, smiles, pool, predictors).items():
             if args.only and name not in args.only.split(","):
                 continue
             if name == "molecule-32x8-cached":  # one pass over the drug-like SMILES fills the graph cache
@@ -402,8 +403,10 @@ def main() -> None:
         "(all kinds together); less sensitive to the other jobs on a shared machine than the latencies",
         "in-process: the same registered model version loaded in the benchmark process, one caller, the row's "
         "request size per call (molecules: featurisation included, no cache)",
-        "molecule-32x8 and molecule-1x1 send molecules new to the service: distinct random SMILES (RDKit's "
-        "doRandom) of ESOL's molecules, never the same string twice in a row, so the graph cache "
+        f"molecule-32x8 and molecule-1x1 send molecules new to the service: distinct random SMILES (RDKit's "
+        f"doRandom) of {len(smiles)} molecules ({len(pool)} strings; "
+        f"{'ESOL' if smiles is not FALLBACK_SMILES else 'the 16 fallback molecules: ../shared/data is missing, so the pool wraps around and the cache answers part of the traffic'}"
+        "), so the graph cache "
         "(SERVING_FEATURE_CACHE_MB, keyed by the string) never answers; molecule-32x8-cached draws from ESOL's "
         "SMILES sent once before the row, which the cache answers; the mixed row's small requests draw from that "
         "cached set; the large request is 256 distinct 500-character SMILES of 196 heavy atoms, new every time",
