@@ -5,7 +5,8 @@ The version (an alias, `champion` by default, or a number) is downloaded and ver
 (signed manifest, valid card), and scored with the service's own code (models/predictors.py). The input is CSV or
 Parquet, a local path or any fsspec URL (`s3://...`): molecules by their SMILES column, sensor readings in the long
 format the pipeline reads (`unit`, `time`, the model's channels), cut into windows per unit at `stride`. Chunks of
-`chunk_rows` molecules, or of whole units, are tasks on the configured task runner (`orchestration`); each finished
+`chunk_rows` molecules, or of whole units, are tasks on the configured task runner (`orchestration`), a chunk's
+molecules featurised by a pool of processes (one per core; on Dask, by the worker itself); each finished
 chunk is kept in `.predict/<job>/`, so a stopped job started again with the same input, model and chunking
 continues from its finished chunks and ends with the same output bytes. The output (Parquet, or CSV by its suffix)
 has one row per molecule or window with the input's id column, the answer, the model's name and version, and
@@ -18,9 +19,12 @@ import functools
 import hashlib
 import io
 import json
+import multiprocessing
+import os
 import shutil
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -45,6 +49,7 @@ from flows.family import pipeline_family
 from flows.params import load_params
 from flows.tasks import stage_cli
 from flows.tracking import signing_key, stage_run, use_tracking
+from models.predictors import featurize_smiles
 
 JOBS = ".predict"  # finished chunks of unfinished jobs, per job, in the workspace
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -108,9 +113,31 @@ def served_predictor(family: str, model_folder: str):
     return pipeline_family(family).predictor(Path(model_folder) / "model.onnx", card)
 
 
+@functools.cache
+def featurization_pool() -> tuple[ProcessPoolExecutor, int] | None:
+    """Processes that featurise molecules, one per usable core, one pool per process, and their number; None in a
+    process that may not start any (a Dask worker is daemonic: its own processes are the parallelism) or where one
+    core is all."""
+    workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    if workers < 2 or multiprocessing.current_process().daemon:
+        return None
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")), workers
+
+
+def featurize(smiles: list[str]) -> list:
+    """`featurize_smiles` of the SMILES, spread over the featurisation pool where there is one (in order)."""
+    pool = featurization_pool()
+    if pool is None or len(smiles) < 2 * pool[1]:
+        return featurize_smiles(smiles)
+    pool, workers = pool
+    size = -(-len(smiles) // workers)
+    return [item for part in pool.map(featurize_smiles, [smiles[i:i + size] for i in range(0, len(smiles), size)])
+            for item in part]
+
+
 def score_molecules(predictor, smiles: list[str]) -> pd.DataFrame:
     """One row per SMILES: prediction, uncertainty, modality, error (None where answered)."""
-    out = predictor.predict(smiles)
+    out = predictor.answer(featurize(smiles))
     return pd.DataFrame({"prediction": out["prediction"], "uncertainty": out["uncertainty"],
                          "modality": out["modality"].astype(object), "error": out["error"]})
 

@@ -155,15 +155,8 @@ class MoleculePredictor:
         self.session, self.provider = load_session(onnx_path, prefer_cuda, threads)
 
     def featurize(self, smiles: Sequence[str]) -> list[MolGraph | str]:
-        """Each SMILES's featurised molecule, or the message saying why it has none."""
-        featurized = []
-        with one_blas_thread():
-            for item in smiles:
-                try:
-                    featurized.append(featurize_or_smiles_view(item))
-                except DataValidationError as error:
-                    featurized.append(str(error))
-        return featurized
+        """Each SMILES's featurised molecule, or the message saying why it has none (`featurize_smiles`)."""
+        return featurize_smiles(smiles)
 
     def run_features(self, featurized: list[MolGraph | str]) -> dict[str, np.ndarray | list]:
         """`predict_graphs` of the molecules `featurize` could make (models/serving_cost.py)."""
@@ -173,12 +166,15 @@ class MoleculePredictor:
     def predict(self, smiles: list[str]) -> dict[str, np.ndarray | list]:
         """Returns `prediction` and `uncertainty` (n,) float (NaN where not answered), `error` (n,) str or None and
         `modality` (n,) `fused`, `graph_only`, `smiles_only` or None (not answered)."""
-        featurized = self.featurize(smiles)
+        return self.answer(self.featurize(smiles))
+
+    def answer(self, featurized: list[MolGraph | str]) -> dict[str, np.ndarray | list]:
+        """`predict`'s answers for what `featurize` made of the SMILES (made in another process, if need be)."""
         graphs = [None if isinstance(g, str) else g for g in featurized]
         errors = [g if isinstance(g, str) else None for g in featurized]
-        prediction = np.full(len(smiles), np.nan, dtype=np.float32)
-        uncertainty = np.full(len(smiles), np.nan, dtype=np.float32)
-        modality = np.full(len(smiles), None, dtype=object)
+        prediction = np.full(len(featurized), np.nan, dtype=np.float32)
+        uncertainty = np.full(len(featurized), np.nan, dtype=np.float32)
+        modality = np.full(len(featurized), None, dtype=object)
         ok = [i for i, g in enumerate(graphs) if g is not None]
         if ok:
             outputs = self.predict_graphs([graphs[i] for i in ok])
@@ -204,6 +200,19 @@ class MoleculePredictor:
             prediction[ok] = outputs["value" if self.task == "regression" else "probability"]
             uncertainty[ok] = outputs["uncertainty"]
         return {"prediction": prediction, "uncertainty": uncertainty, "modality": modality, "error": errors}
+
+
+def featurize_smiles(smiles: Sequence[str]) -> list[MolGraph | str]:
+    """Each SMILES's featurised molecule (its graph and SMILES views, or the SMILES view alone), or the message
+    saying why it has none; on one BLAS thread (a module-level function: it runs in worker processes too)."""
+    featurized = []
+    with one_blas_thread():
+        for item in smiles:
+            try:
+                featurized.append(featurize_or_smiles_view(item))
+            except DataValidationError as error:
+                featurized.append(str(error))
+    return featurized
 
 
 FUSED, GRAPH_ONLY, SMILES_ONLY = "fused", "graph_only", "smiles_only"  # the views a molecule was answered from
