@@ -51,7 +51,7 @@ FAULTS = ("kill", "read_only", "reload")
 
 
 class Service:
-    """`python -m serving` with two workers in a session of its own (so that it can be killed whole)."""
+    """`python -m serving` with two workers in a process group of its own (so that it can be killed whole)."""
 
     def __init__(self, registry: Registry, store: str, folder: Path):
         self.port = free_port()
@@ -186,7 +186,8 @@ def reload_fault(registry: Registry, folder: Path, reloads: int) -> dict:
                                     headers={"Authorization": f"Bearer {ADMIN_KEY}"}).json()
                 answered = time.monotonic()
                 time.sleep(1.5)
-                old = [sent - asked for sent, _, version, _ in list(load.answers) if sent >= asked and version != target]
+                old = [sent - asked for sent, _, version, _ in list(load.answers)
+                       if sent >= asked and version != target]
                 rows.append({"to_version": target, "answer_s": round(answered - asked, 3), "workers": answer["workers"],
                              "lagging": answer["lagging"], "old_answers_after_ask": len(old),
                              "last_old_answer_sent_after_ask_s": round(max(old), 3) if old else 0.0})
@@ -223,7 +224,8 @@ def markdown(report: dict) -> str:
                   "| to version | reload answered (s) | workers | lagging | old answers after the ask | last one sent "
                   "after the ask (s) |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['to_version']} | {r['answer_s']} | {r['workers']} | {', '.join(r['lagging']) or '-'} | "
-                  f"{r['old_answers_after_ask']} | {r['last_old_answer_sent_after_ask_s']} |" for r in reload["reloads"]]
+                  f"{r['old_answers_after_ask']} | {r['last_old_answer_sent_after_ask_s']} |"
+                  for r in reload["reloads"]]
     return "\n".join(lines) + "\n"
 
 

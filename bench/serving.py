@@ -364,6 +364,8 @@ def main() -> None:
     service_env = {k: v for k, v in os.environ.items() if k.startswith("SERVING_")}
     smiles = drug_like(args.smiles)
     pool = spellings(smiles)
+    source = "ESOL" if smiles is not FALLBACK_SMILES else ("the 16 fallback molecules: ../shared/data is missing, so "
+                                                           "the pool wraps around and the cache answers part of it")
 
     with service(args.url, env) as (url, pid):
         info = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {api_key}"} if api_key else {}).json()
@@ -404,9 +406,7 @@ def main() -> None:
         "in-process: the same registered model version loaded in the benchmark process, one caller, the row's "
         "request size per call (molecules: featurisation included, no cache)",
         f"molecule-32x8 and molecule-1x1 send molecules new to the service: distinct random SMILES (RDKit's "
-        f"doRandom) of {len(smiles)} molecules ({len(pool)} strings; "
-        f"{'ESOL' if smiles is not FALLBACK_SMILES else 'the 16 fallback molecules: ../shared/data is missing, so the pool wraps around and the cache answers part of the traffic'}"
-        "), so the graph cache "
+        f"doRandom) of {len(smiles)} molecules ({len(pool)} strings; {source}), so the graph cache "
         "(SERVING_FEATURE_CACHE_MB, keyed by the string) never answers; molecule-32x8-cached draws from ESOL's "
         "SMILES sent once before the row, which the cache answers; the mixed row's small requests draw from that "
         "cached set; the large request is 256 distinct 500-character SMILES of 196 heavy atoms, new every time",

@@ -98,7 +98,8 @@ def main() -> None:
     os.environ["SERVING_SHADOW_SHARE"] = str(args.shadow_share)
     rows, notes = [], []
     with tempfile.TemporaryDirectory(prefix="shadow-cost-") as scratch, \
-            logged("on", f"sqlite:///{scratch}/off.db") as off, logged("shadow", f"sqlite:///{scratch}/shadow.db") as on:
+            logged("on", f"sqlite:///{scratch}/off.db") as off, \
+            logged("shadow", f"sqlite:///{scratch}/shadow.db") as on:
         services = {"off": off[0], "shadow": on[0]}
         info = httpx.get(f"{off[0]}/v1/models", headers=headers).json()
         challengers = {m["family"]: m["version"] for m in

@@ -30,8 +30,8 @@ class GraphSize(BaseModel):
 
 
 class ServingCost(BaseModel):
-    """What one prediction costs to serve, measured when it is registered (models/serving_cost.py): milliseconds per item of
-    featurisation, of the model call and their total, keyed `batch_1` and `batch_64`."""
+    """What one prediction costs to serve, measured when it is registered (models/serving_cost.py): milliseconds per
+    item of featurisation, of the model call and their total, keyed `batch_1` and `batch_64`."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -9,8 +9,8 @@ and pickled it holds no objects for the garbage collector to walk while it waits
 writer's acknowledgements into metrics and log lines.
 
 A batch is sent when it holds BATCH_ROWS rows or its first row has waited LINGER_S (at once when someone flushes,
-or while records wait in the journal), so one transaction carries many predictions. A store that cannot be written is retried by the writer with back-off
-(`failing` says why meanwhile, and the log resumes by itself); rows the store refuses are set aside in the store's
+or while records wait in the journal), so one transaction carries many predictions. A store that cannot be written
+is retried by the writer with back-off (`failing` says why meanwhile, and the log resumes by itself); rows the store refuses are set aside in the store's
 `rejected_predictions` (`serving_prediction_log_rejected_rows_total`). A writer process that ends is started again
 (at most once per RESTART_PAUSE_S). With a journal, records that find the queue full (the store down for long) and
 the batches a writer process held when it ended wait in the journal alone (`serving_prediction_log_spilled_rows`)
@@ -138,7 +138,6 @@ class StoreWriter:
             self._accepted += 1
         if self._waiting_rows >= BATCH_ROWS:
             self._condition.notify_all()
-        self.metrics.log_queue_rows.set(self._queued_rows)
 
     def _spill(self, records: list[Pending | Location], accepted: bool = False) -> None:
         """Leave `records` in the journal alone until the queue has room (`accepted`: counted already). Called under
@@ -151,6 +150,8 @@ class StoreWriter:
     def _take_spilled(self) -> None:
         """Read spilled records back from the journal while the queue is at most half full (new answers keep the
         other half). Called under the lock."""
+        if not self._spilled:
+            return
         while self._spilled and not self._closing and (
                 self._queued_rows + self._spilled[0].rows <= max(self.capacity_rows // 2, self._spilled[0].rows)):
             record = self._spilled[0]
@@ -264,6 +265,7 @@ class StoreWriter:
                     batch.append(queued)
                     rows += queued[1]
                 self._waiting_rows -= rows
+                self.metrics.log_queue_rows.set(self._queued_rows)  # per batch: off the request path
                 self._first_queued_at = time.monotonic()
                 self._hurry = self._hurry and bool(self._queue)
                 done = self._closing and not self._queue
@@ -289,14 +291,13 @@ class StoreWriter:
         if held is not None:
             self._connection_send(payload)
 
-    def _writer_lost(self, batches) -> None:
-        """A writer process ended holding `batches` (records, rows, journal locations): their records are spilled
-        back to the journal, the rest of their rows dropped and counted. Called under the lock."""
+    def _writer_lost(self, batches: Sequence[tuple[int, int, list[Location]]]) -> None:
+        """A writer process ended holding `batches` (records, rows, journal locations): the records with a location
+        wait in the journal again, the others are dropped and counted. Called under the lock."""
         spilled = [location for _, _, locations in batches for location in locations]
         records, rows = sum(batch[0] for batch in batches), sum(batch[1] for batch in batches)
         lost = rows - sum(location.rows for location in spilled)
-        self._settle(records, rows)
-        self._finished -= len(spilled)  # not finished: they wait in the journal
+        self._settle(records - len(spilled), rows)
         self._spill(spilled, accepted=True)
         if lost:
             self.metrics.log_dropped_rows.labels("writer_exited").inc(lost)
@@ -345,8 +346,9 @@ class StoreWriter:
                     self.metrics.log_dropped_rows.labels("store_error").inc(rows - ack.written - ack.rejected)
 
     def _settle(self, records: int, rows: int) -> None:
-        """Records of `rows` rows left the writer's hands (written or dropped). Called under the lock."""
-        if records:
+        """`records` finished (written or dropped), `rows` left the queue or the writer's hands. Called under the
+        lock."""
+        if records or rows:
             self._queued_rows -= rows
             self._finished += records
             self._condition.notify_all()

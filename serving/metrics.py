@@ -15,6 +15,8 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+# how several workers' values of a gauge make the service's (live workers only)
+LATEST, SUMMED, HIGHEST = "livemostrecent", "livesum", "livemax"
 
 
 class ServiceMetrics:
@@ -32,10 +34,11 @@ class ServiceMetrics:
         self.batch_items = Histogram("serving_batch_items", "items per model call (one micro-batch)",
                                      ["family"], buckets=SIZES, registry=self.registry)
         self.model_version = Gauge("serving_model_version", "registry version being served", ["family", "name"],
-                                   registry=self.registry, multiprocess_mode="livemostrecent")
+                                   registry=self.registry, multiprocess_mode=LATEST)
         # the prediction log (serving.log_writer)
-        self.log_queue_rows = Gauge("serving_prediction_log_queue_rows", "prediction rows waiting or being written",
-                                    registry=self.registry, multiprocess_mode="livesum")
+        self.log_queue_rows = Gauge("serving_prediction_log_queue_rows", "prediction rows waiting or being written "
+                                    "(as of the last batch sent or written)",
+                                    registry=self.registry, multiprocess_mode=SUMMED)
         self.log_written_rows = Counter("serving_prediction_log_written_rows", "prediction rows written to the store",
                                         registry=self.registry)
         self.log_dropped_rows = Counter("serving_prediction_log_dropped_rows", "prediction rows not written, by reason "
@@ -43,11 +46,11 @@ class ServiceMetrics:
                                         ["reason"], registry=self.registry)
         self.log_spilled_rows = Gauge("serving_prediction_log_spilled_rows", "prediction rows waiting in the journal "
                                       "alone (the queue was full), read back as the queue drains",
-                                      registry=self.registry, multiprocess_mode="livesum")
+                                      registry=self.registry, multiprocess_mode=SUMMED)
         self.log_rejected_rows = Counter("serving_prediction_log_rejected_rows", "prediction rows the store refused, "
                                          "set aside in its rejected_predictions table", registry=self.registry)
         self.log_failing = Gauge("serving_prediction_log_failing", "1 while the prediction store cannot be written "
-                                 "(the writer retries it)", registry=self.registry, multiprocess_mode="livemax")
+                                 "(the writer retries it)", registry=self.registry, multiprocess_mode=HIGHEST)
         # each role's model calls (serving.rollout): champion, challenger (canary), shadow
         self.model_requests = Counter("serving_model_requests", "prediction requests, by the role of the model "
                                       "called", ["family", "role"], registry=self.registry)
@@ -63,24 +66,28 @@ class ServiceMetrics:
 
         # the service's own monitoring (serving.monitoring), recomputed every SERVING_MONITOR_SECONDS
         self.input_psi = Gauge("serving_input_psi", "sensor: PSI of recent windows' channel means against the served "
-                               "version's training reference", ["family", "channel"], registry=self.registry, multiprocess_mode="livemostrecent")
+                               "version's training reference", ["family", "channel"],
+                               registry=self.registry, multiprocess_mode=LATEST)
         self.input_ks = Gauge("serving_input_ks", "sensor: Kolmogorov-Smirnov statistic of recent windows' channel "
-                              "means against the training sample", ["family", "channel"], registry=self.registry, multiprocess_mode="livemostrecent")
+                              "means against the training sample", ["family", "channel"],
+                              registry=self.registry, multiprocess_mode=LATEST)
         self.monitor_items = Gauge("serving_monitor_items", "recent inputs (kind=inputs) and labelled outcomes "
                                    "(kind=outcomes) the monitoring figures are computed on", ["family", "kind"],
-                                   registry=self.registry, multiprocess_mode="livemostrecent")
+                                   registry=self.registry, multiprocess_mode=LATEST)
         self.out_of_domain = Gauge("serving_out_of_domain_share", "molecule: share of recent molecules outside the "
-                                   "applicability domain", ["family"], registry=self.registry, multiprocess_mode="livemostrecent")
+                                   "applicability domain", ["family"], registry=self.registry, multiprocess_mode=LATEST)
         self.nearest_similarity = Gauge("serving_nearest_similarity_mean", "molecule: mean Tanimoto similarity of "
                                         "recent molecules to their nearest training molecule", ["family"],
-                                        registry=self.registry, multiprocess_mode="livemostrecent")
+                                        registry=self.registry, multiprocess_mode=LATEST)
         self.outcome_metric = Gauge("serving_outcome_metric", "quality of the served version's recent labelled "
                                     "outcomes (brier, ece, pr_auc; rmse, coverage)", ["family", "metric"],
-                                    registry=self.registry, multiprocess_mode="livemostrecent")
+                                    registry=self.registry, multiprocess_mode=LATEST)
         self.monitor_alarm = Gauge("serving_monitor_alarm", "1 when a monitoring threshold is crossed (check: "
-                                   "input_drift, domain, calibration)", ["family", "check"], registry=self.registry, multiprocess_mode="livemostrecent")
+                                   "input_drift, domain, calibration)", ["family", "check"],
+                                   registry=self.registry, multiprocess_mode=LATEST)
         self.monitor_computed = Gauge("serving_monitor_computed_timestamp_seconds", "when the monitoring figures "
-                                      "were last computed (Unix time)", ["family"], registry=self.registry, multiprocess_mode="livemostrecent")
+                                      "were last computed (Unix time)", ["family"],
+                                      registry=self.registry, multiprocess_mode=LATEST)
 
     def show_monitoring(self, families: dict[str, dict]) -> None:
         """Set the monitoring gauges to serving.monitoring's figures per family (undefined ones are left out)."""
@@ -137,7 +144,8 @@ _LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
 def forget_dead_workers(folder: Path) -> None:
     """Drop the gauges of workers that ended without leaving (killed outright), so that live-worker gauges count
     live workers only."""
-    for pid in {int(m.group(1)) for path in folder.glob("gauge_live*.db") if (m := _LIVE_GAUGE_FILE.fullmatch(path.name))}:
+    pids = {int(m.group(1)) for path in folder.glob("gauge_live*.db") if (m := _LIVE_GAUGE_FILE.fullmatch(path.name))}
+    for pid in pids:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:

@@ -83,12 +83,12 @@ def throwaway_cluster(folder: Path) -> Iterator[str]:
 
 def set_read_only(admin_url: str, read_only: bool) -> None:
     """Make every new transaction of the cluster's `postgres` database read-only (or writable again), and end its
-    other sessions, so that their next write meets the change at once."""
+    other connections, so that their next write meets the change at once."""
     from sqlalchemy import create_engine, text
 
     engine = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with engine.connect() as connection:
-        connection.execute(text("SET default_transaction_read_only = off"))  # this session's own, to be let in
+        connection.execute(text("SET default_transaction_read_only = off"))  # this connection's own, to be let in
         connection.execute(text("ALTER DATABASE postgres SET default_transaction_read_only = "
                                 f"{'on' if read_only else 'off'}"))
         connection.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

@@ -28,7 +28,7 @@ CLIENTS = 8
 
 
 def start(env: dict[str, str], log_file=None) -> subprocess.Popen:
-    """`python -m serving` in a session of its own, so that it can be killed whole (its output appended to
+    """`python -m serving` in a process group of its own, so that it can be killed whole (its output appended to
     `log_file`, if given)."""
     output = open(log_file, "ab") if log_file else subprocess.DEVNULL
     with output if log_file else contextlib.nullcontext():

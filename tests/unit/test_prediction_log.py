@@ -160,7 +160,10 @@ def test_a_full_queue_drops_and_counts_rather_than_blocks(tmp_path):
     assert not submitting.is_alive(), "submit blocked on a stuck store"
     assert [a.queued for a in accepted] == [True] * 4 + [False] * 6
     assert dropped(metrics, "queue_full") == 6
-    assert metrics.registry.get_sample_value("serving_prediction_log_queue_rows") == 4
+    deadline = time.monotonic() + 30  # the gauge follows the sender's batches (within LINGER_S), not each record
+    while metrics.registry.get_sample_value("serving_prediction_log_queue_rows") != 4:
+        assert time.monotonic() < deadline, "the queue gauge never showed the 4 queued rows"
+        time.sleep(0.02)
     lock.execute("ROLLBACK")
     assert writer.flush(timeout_s=60)
     writer.stop(timeout_s=10)
